@@ -1,0 +1,192 @@
+"""Causal self-attention on the GPU: llm.c's forward and backward, on the seed's buffers.
+
+Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --SGEMM--> preatt (B,NH,T,T)
+          --softmax_forward_kernel5--> att --SGEMM--> vaccum (B,NH,T,HS) --unpermute--> out (B,T,C)
+Backward: the same steps in reverse, with one of the eight softmax-backward kernels.
+
+Two invariants make every call idempotent and the dense GEMMs correct:
+- the softmax kernels write only the lower triangle of ``att`` and ``dpreatt``, and the
+  GEMMs after them read all of T×T, so both buffers are zeroed once when allocated and
+  their upper triangles are never written afterwards;
+- every gradient has exactly one producer, so the GEMMs use beta = 0 and the permute
+  kernels write with ``=`` (llm.c uses beta = 1 and ``+=``, which makes repeated timing
+  calls accumulate); nothing needs clearing between calls.
+"""
+import numpy as np
+
+from . import gemm, kernels
+from .checks import check_array, check_block_size, check_kernel, check_qkv, check_shape
+from .device import context, free_memory
+from .errors import GPUMemoryError
+from .launch import elementwise_launch, softmax_backward_launch, softmax_forward_launch
+
+FORWARD_BUFFERS = {"inp": "B T 3C", "qkvr": "3 B NH T HS", "preatt": "B NH T T",
+                   "att": "B NH T T", "vaccum": "B NH T HS", "out": "B T C"}
+BACKWARD_BUFFERS = {"dout": "B T C", "dvaccum": "B NH T HS", "datt": "B NH T T",
+                    "dpreatt": "B NH T T", "dqkvr": "3 B NH T HS", "dinp": "B T 3C"}
+
+
+def buffer_shapes(B, T, C, NH, backward=True):
+    """The shape of every buffer of the forward (and backward) pass."""
+    dims = {"B": B, "T": T, "C": C, "3C": 3 * C, "NH": NH, "HS": C // NH, "3": 3}
+    names = dict(FORWARD_BUFFERS, **(BACKWARD_BUFFERS if backward else {}))
+    return {n: tuple(dims[d] for d in spec.split()) for n, spec in names.items()}
+
+
+def bytes_needed(B, T, C, NH, backward=True):
+    """GPU bytes for all the buffers of this shape (float32)."""
+    return sum(4 * int(np.prod(s)) for s in buffer_shapes(B, T, C, NH, backward).values())
+
+
+class AttentionBuffers:
+    """Every device buffer of one attention problem, allocated once.
+
+    ``buf.inp``, ``buf.att``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('att')``
+    copies one back to numpy. Use as a context manager, or call ``free()``, to give the
+    memory back at once instead of when the object is collected.
+    """
+
+    def __init__(self, B, T, C, NH, backward=True):
+        self.B, self.T, self.C, self.NH = check_shape(B, T, C, NH)
+        self.HS = C // NH
+        self.backward = backward
+        context()
+        need = bytes_needed(B, T, C, NH, backward)
+        free, total = free_memory()
+        if need > free:
+            raise GPUMemoryError(
+                f"B={B} T={T} C={C} NH={NH} needs {need / 2**30:.2f} GiB of GPU memory for "
+                f"its buffers (four of them B*NH*T*T floats), but only {free / 2**30:.2f} GiB "
+                f"of {total / 2**30:.2f} GiB is free")
+        import pycuda.gpuarray as gpuarray
+        self.arrays = {}
+        for name, shape in buffer_shapes(B, T, C, NH, backward).items():
+            self.arrays[name] = gpuarray.empty(shape, np.float32)
+        # the upper triangles of att and dpreatt are read by the GEMMs and never written
+        self.arrays["att"].fill(0)
+        if backward:
+            self.arrays["dpreatt"].fill(0)
+
+    def __getattr__(self, name):
+        arrays = self.__dict__.get("arrays")
+        if arrays is not None and name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+    def get(self, name):
+        """A numpy copy of one buffer."""
+        return self.arrays[name].get()
+
+    def set(self, name, host):
+        """Copy a numpy array of the right shape and dtype into one buffer."""
+        check_array(name, host, self.arrays[name].shape)
+        self.arrays[name].set(host)
+
+    def free(self):
+        for a in self.arrays.values():
+            a.gpudata.free()
+        self.arrays = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+
+def _qkv_pointers(qkvr, B, T, C):
+    """Device pointers to q, k, v inside one (3, B, NH, T, HS) buffer."""
+    base, n = int(qkvr.gpudata), B * T * C
+    return base, base + 4 * n, base + 8 * n
+
+
+def forward(buf, block_size=256, tf32=False):
+    """Run the forward pass on ``buf`` (reads buf.inp; writes qkvr, preatt, att, vaccum, out)."""
+    bs = check_block_size(block_size)
+    B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
+    gemm.set_tf32(tf32)
+    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
+    grid, block = elementwise_launch(B * T * C, bs)
+    kernels.get_function("permute", "permute_kernel")(
+        np.intp(q), np.intp(k), np.intp(v), buf.inp.gpudata,
+        np.int32(B), np.int32(T), np.int32(NH), np.int32(HS), grid=grid, block=block)
+    # preatt = q @ kᵀ, computed column-major as preattᵀ = (kᵀ)ᵀ·qᵀ... i.e. op(k)=T, op(q)=N
+    gemm.sgemm_strided_batched("t", "n", T, T, HS, 1.0, k, HS, T * HS, q, HS, T * HS,
+                               0.0, buf.preatt.gpudata, T, T * T, B * NH)
+    grid, block = softmax_forward_launch(B * NH, T)
+    kernels.get_function("softmax_forward", "softmax_forward_kernel5")(
+        buf.att.gpudata, np.float32(1.0 / np.sqrt(HS)), buf.preatt.gpudata,
+        np.int32(B * NH), np.int32(T), grid=grid, block=block)
+    # vaccum = att @ v
+    gemm.sgemm_strided_batched("n", "n", HS, T, T, 1.0, v, HS, T * HS, buf.att.gpudata, T, T * T,
+                               0.0, buf.vaccum.gpudata, HS, T * HS, B * NH)
+    grid, block = elementwise_launch(B * T * C, bs)
+    kernels.get_function("permute", "unpermute_kernel")(
+        buf.vaccum.gpudata, buf.out.gpudata,
+        np.int32(B), np.int32(T), np.int32(NH), np.int32(HS), grid=grid, block=block)
+
+
+def softmax_backward(buf, kernel=8, block_size=256):
+    """Only the softmax backward: dpreatt (lower triangle) from datt and att."""
+    grid, block, defines = softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, block_size)
+    fn = kernels.get_function(f"softmax_backward{kernel}",
+                              f"softmax_autoregressive_backward_kernel{kernel}", **defines)
+    fn(buf.dpreatt.gpudata, buf.datt.gpudata, buf.att.gpudata,
+       np.int32(buf.B), np.int32(buf.T), np.int32(buf.C), np.int32(buf.NH),
+       grid=grid, block=block)
+
+
+def backward(buf, kernel=8, block_size=256, tf32=False):
+    """Run the backward pass on ``buf`` after ``forward`` (reads dout; writes dinp etc.)."""
+    kernel = check_kernel(kernel)
+    bs = check_block_size(block_size)
+    B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
+    gemm.set_tf32(tf32)
+    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
+    dq, dk, dv = _qkv_pointers(buf.dqkvr, B, T, C)
+    grid, block = elementwise_launch(B * T * C, bs)
+    kernels.get_function("permute", "unpermute_backward_kernel")(
+        buf.dvaccum.gpudata, buf.dout.gpudata,
+        np.int32(B), np.int32(T), np.int32(NH), np.int32(HS), grid=grid, block=block)
+    dvaccum, datt, dpreatt = buf.dvaccum.gpudata, buf.datt.gpudata, buf.dpreatt.gpudata
+    # datt = dvaccum @ vᵀ (all of T×T)
+    gemm.sgemm_strided_batched("t", "n", T, T, HS, 1.0, v, HS, T * HS, dvaccum, HS, T * HS,
+                               0.0, datt, T, T * T, B * NH)
+    # dv = attᵀ @ dvaccum
+    gemm.sgemm_strided_batched("n", "t", HS, T, T, 1.0, dvaccum, HS, T * HS,
+                               buf.att.gpudata, T, T * T, 0.0, dv, HS, T * HS, B * NH)
+    softmax_backward(buf, kernel, bs)
+    # dq = dpreatt @ k
+    gemm.sgemm_strided_batched("n", "n", HS, T, T, 1.0, k, HS, T * HS, dpreatt, T, T * T,
+                               0.0, dq, HS, T * HS, B * NH)
+    # dk = dpreattᵀ @ q
+    gemm.sgemm_strided_batched("n", "t", HS, T, T, 1.0, q, HS, T * HS, dpreatt, T, T * T,
+                               0.0, dk, HS, T * HS, B * NH)
+    grid, block = elementwise_launch(B * T * C, bs)
+    kernels.get_function("permute", "permute_backward_kernel")(
+        buf.dinp.gpudata, np.intp(dq), np.intp(dk), np.intp(dv),
+        np.int32(B), np.int32(T), np.int32(NH), np.int32(HS), grid=grid, block=block)
+
+
+def gpu_forward(inp, n_head, block_size=256, tf32=False):
+    """numpy in, numpy out: (out, preatt, att) computed on the GPU."""
+    B, T, C, NH = check_qkv(inp, n_head)
+    check_block_size(block_size)
+    with AttentionBuffers(B, T, C, NH, backward=False) as buf:
+        buf.set("inp", inp)
+        forward(buf, block_size, tf32)
+        return buf.get("out"), buf.get("preatt"), buf.get("att")
+
+
+def gpu_backward(dout, inp, n_head, kernel=8, block_size=256, tf32=False):
+    """numpy in, numpy out: (dinp, dpreatt, datt) computed on the GPU (runs the forward first)."""
+    B, T, C, NH = check_qkv(inp, n_head)
+    check_array("dout", dout, (B, T, C))
+    check_kernel(kernel)
+    check_block_size(block_size)
+    with AttentionBuffers(B, T, C, NH) as buf:
+        buf.set("inp", inp)
+        buf.set("dout", dout)
+        forward(buf, 256, tf32)
+        backward(buf, kernel, block_size, tf32)
+        return buf.get("dinp"), buf.get("dpreatt"), buf.get("datt")

@@ -1,0 +1,79 @@
+"""Argument checks shared by the CPU reference and the GPU layer.
+
+Every check runs before any allocation or kernel launch, and every message names the
+argument, the value received and what was expected.
+"""
+import numpy as np
+
+from .errors import InputError
+
+BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
+KERNELS = tuple(range(1, 9))
+
+
+def check_int(name, value, minimum=1):
+    """A plain positive integer (bools and floats are refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_shape(B, T, C, NH, gpu=True):
+    """B, T, C, NH: C divisible by NH; for the GPU kernels also T a multiple of 4."""
+    B, T, C, NH = (check_int(n, v) for n, v in (("B", B), ("T", T), ("C", C), ("NH", NH)))
+    if C % NH:
+        raise InputError(f"C must be divisible by NH (C={C}, NH={NH}, C % NH = {C % NH})")
+    if gpu and T % 4:
+        raise InputError(f"T must be a multiple of 4 (the softmax kernels read rows as float4 "
+                         f"and kernel 8 does 4 rows per block), got T={T}")
+    return B, T, C, NH
+
+
+def check_block_size(block_size, name="block_size"):
+    """A power of two in 32..1024: a whole number of warps, at most a block's limit."""
+    if isinstance(block_size, (bool, np.bool_)) or not isinstance(block_size, (int, np.integer)) \
+            or int(block_size) not in BLOCK_SIZES:
+        raise InputError(f"{name} must be a power of two in 32..1024 {BLOCK_SIZES}, "
+                         f"got {block_size!r}")
+    return int(block_size)
+
+
+def check_kernel(kernel, allowed=KERNELS, name="kernel"):
+    """A softmax-backward kernel number."""
+    if isinstance(kernel, (bool, np.bool_)) or not isinstance(kernel, (int, np.integer)) \
+            or int(kernel) not in allowed:
+        raise InputError(f"{name} must be one of {list(allowed)}, got {kernel!r}")
+    return int(kernel)
+
+
+def check_array(name, a, shape, dtypes=(np.float32,), finite=True):
+    """A contiguous numpy array of the given shape (None = any size) and dtype."""
+    if not isinstance(a, np.ndarray):
+        raise InputError(f"{name} must be a numpy array, got {type(a).__name__}")
+    allowed = tuple(np.dtype(d) for d in dtypes)
+    if a.dtype not in allowed:
+        want = " or ".join(str(d) for d in allowed)
+        raise InputError(f"{name} must have dtype {want}, got {a.dtype}")
+    if a.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, a.shape)):
+        want = "(" + ", ".join("?" if s is None else str(s) for s in shape) + ")"
+        raise InputError(f"{name} must have shape {want}, got {a.shape}")
+    if not a.flags.c_contiguous:
+        raise InputError(f"{name} must be C-contiguous (got a strided view); "
+                         f"pass np.ascontiguousarray({name})")
+    if finite and not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))
+        raise InputError(f"{name} holds {len(bad)} NaN/Inf values, first at index "
+                         f"{tuple(int(i) for i in bad[0])} (value {a[tuple(bad[0])]})")
+    return a
+
+
+def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True):
+    """inp is (B, T, 3C) holding Q, K, V; returns (B, T, C, NH)."""
+    check_array("inp", inp, (None, None, None), dtypes)
+    B, T, C3 = inp.shape
+    if C3 % 3:
+        raise InputError(f"inp must have shape (B, T, 3*C); its last dimension {C3} "
+                         f"is not divisible by 3")
+    return check_shape(B, T, C3 // 3, n_head, gpu)

@@ -1,0 +1,159 @@
+"""``python -m attnlab``: device info, and llm.c's main() for the forward and backward passes.
+
+    python -m attnlab info
+    python -m attnlab forward [--B 4 --T 1024 --C 768 --NH 12] [--tf32] [--json]
+    python -m attnlab backward N [...] [--repeats 10] [--block-sizes 32,64,...]
+
+forward / backward N do what llm.c's main does: compute the CPU reference, run the GPU
+forward and validate it over whole tensors, run the backward with softmax-backward
+kernel N and validate it, then time every block size. Progress goes to stderr; the
+result goes to stdout (a table, or one JSON object with --json). Exit status: 0 when
+everything validated, 1 when a result was wrong, 2 for bad arguments or no GPU.
+"""
+import argparse
+import json
+import sys
+
+from .checks import BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel, check_shape
+from .errors import AttnlabError, InputError, NoGPUError
+from .validate import TF32_TOLERANCES, TOLERANCES, compare
+
+
+def _progress(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _block_sizes(text):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"--block-sizes must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise InputError("--block-sizes must name at least one block size")
+    return [check_block_size(v, "--block-sizes") for v in values]
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="describe the GPU")
+    common = argparse.ArgumentParser(add_help=False)
+    for name, default in (("B", 4), ("T", 1024), ("C", 768), ("NH", 12)):
+        common.add_argument(f"--{name}", type=int, default=default)
+    common.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    common.add_argument("--repeats", type=int, default=10, help="timed repeats per block size")
+    common.add_argument("--block-sizes", default=",".join(map(str, BLOCK_SIZES)),
+                        help="comma-separated block sizes to time (powers of two, 32..1024)")
+    common.add_argument("--tf32", action="store_true",
+                        help="run the cuBLAS GEMMs in TF32 tensor-op math (llm.c's setting)")
+    common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    sub.add_parser("forward", parents=[common], help="validate and time the forward pass")
+    b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
+    b.add_argument("kernel", type=int, help=f"softmax-backward kernel, one of {list(KERNELS)}")
+    return p
+
+
+def info():
+    from .device import device_info
+    d = device_info()
+    gib = 2 ** 30
+    print(f"{d['name']}: compute capability {d['compute_capability']} ({d['arch']}), "
+          f"{d['sms']} SMs, {d['memory_total_bytes'] / gib:.1f} GiB "
+          f"({d['memory_free_bytes'] / gib:.1f} GiB free), L2 {d['l2_cache_bytes'] / 2**20:.0f} MiB, "
+          f"driver API {d['driver_version']}, CUDA {d['cuda_version']}")
+    return 0
+
+
+def run(args):
+    """forward or backward N: validate, then time; returns (result dict, exit status)."""
+    B, T, C, NH = check_shape(args.B, args.T, args.C, args.NH)
+    kernel = check_kernel(args.kernel) if args.command == "backward" else None
+    repeats = check_int("--repeats", args.repeats)
+    block_sizes = _block_sizes(args.block_sizes)
+    from . import attention, bench
+    from .device import device_info
+    from .problem import make_problem
+    device = device_info()
+    _progress(f"{device['name']}: B={B} T={T} C={C} NH={NH}, "
+              f"{'TF32' if args.tf32 else 'fp32'} GEMMs")
+    problem = make_problem(B, T, C, NH, args.seed, progress=True)
+    tolerances = TF32_TOLERANCES if args.tf32 else TOLERANCES
+    checks = {}
+    backward = args.command == "backward"
+    with attention.AttentionBuffers(B, T, C, NH, backward=backward) as buf:
+        buf.set("inp", problem.inp)
+        attention.forward(buf, 256, args.tf32)
+        names = ["preatt", "att", "out"]
+        if backward:
+            buf.set("dout", problem.dout)
+            _progress(f"running backward kernel {kernel} once to validate it...")
+            attention.backward(buf, kernel, 256, args.tf32)
+            names += ["datt", "dpreatt", "dinp"]
+        for name in names:
+            checks[name] = compare(buf.get(name), getattr(problem, name), name, tolerances[name])
+            _progress(str(checks[name]))
+        ok = all(r.ok for r in checks.values())
+        timings = {}
+        if ok:
+            for bs in block_sizes:
+                _progress(f"timing block size {bs}...")
+                if backward:
+                    fn = lambda bs=bs: attention.backward(buf, kernel, bs, args.tf32)
+                else:
+                    fn = lambda bs=bs: attention.forward(buf, bs, args.tf32)
+                timings[bs] = bench.benchmark(fn, repeats=repeats)
+    result = {
+        "command": args.command, "kernel": kernel,
+        "device": {k: device[k] for k in ("name", "arch", "sms", "driver_version", "cuda_version")},
+        "shape": dict(B=B, T=T, C=C, NH=NH), "seed": args.seed,
+        "gemm_math": "tf32" if args.tf32 else "fp32", "repeats": repeats,
+        "validation": {n: {"ok": r.ok, "mismatches": r.mismatches, "checked": r.checked,
+                           "max_abs_err": r.max_abs_err, "tol": r.tol} for n, r in checks.items()},
+        "valid": ok,
+        "timings_ms": {str(bs): {"median": t.median_ms, "min": t.min_ms, "max": t.max_ms}
+                       for bs, t in timings.items()},
+    }
+    if timings:
+        bs, t = bench.best(timings)
+        result["best"] = {"block_size": bs, "median_ms": t.median_ms}
+    return result, checks, 0 if ok else 1
+
+
+def print_table(result, checks):
+    what = f"backward kernel {result['kernel']}" if result["kernel"] else "forward"
+    s = result["shape"]
+    print(f"{what} on {result['device']['name']}, B={s['B']} T={s['T']} C={s['C']} NH={s['NH']}, "
+          f"{result['gemm_math']} GEMMs")
+    for r in checks.values():
+        print(r)
+    if not result["valid"]:
+        print("validation FAILED: not timed")
+        return
+    print(f"{'block_size':>10} | {'median ms':>10} | {'min ms':>10} | {'max ms':>10}")
+    for bs, t in result["timings_ms"].items():
+        print(f"{bs:>10} | {t['median']:10.4f} | {t['min']:10.4f} | {t['max']:10.4f}")
+    b = result["best"]
+    print(f"best: block size {b['block_size']}, {b['median_ms']:.4f} ms (median of "
+          f"{result['repeats']})")
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "info":
+            return info()
+        result, checks, status = run(args)
+    except NoGPUError as e:
+        print(f"attnlab: {e}", file=sys.stderr)
+        return 2
+    except InputError as e:
+        print(f"attnlab: {e}", file=sys.stderr)
+        return 2
+    except AttnlabError as e:
+        print(f"attnlab: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_table(result, checks)
+    return status

@@ -1,0 +1,115 @@
+"""Finding, compiling and caching the CUDA sources in ``kernels/``.
+
+Each ``kernels/NAME.cu`` is compiled at run time by PyCUDA's ``SourceModule`` with
+``-O3 --use_fast_math`` for the device's own architecture, once per process for each
+set of ``-D`` defines (kernels 6–8 take their block size as ``-DBLOCK_SIZE=N``, a
+compile-time constant). The sources mark their kernels ``extern "C"`` themselves
+(``no_extern_c=True``), so they can include ``cooperative_groups.h``.
+
+A ``#line`` directive makes nvcc name the real file in its messages, so a compile
+error points at ``kernels/NAME.cu`` and the line as you see it in your editor.
+"""
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .errors import InputError, KernelCompileError, NvccNotFoundError
+
+KERNEL_DIR = Path(os.environ.get("ATTNLAB_KERNELS", Path(__file__).resolve().parent.parent / "kernels"))
+NVCC_OPTIONS = ("-O3", "--use_fast_math")
+
+
+def kernel_path(name):
+    """The path of kernels/NAME.cu, or an InputError listing the ones there are."""
+    path = KERNEL_DIR / f"{name}.cu"
+    if not path.is_file():
+        have = sorted(p.stem for p in KERNEL_DIR.glob("*.cu"))
+        raise InputError(f"no kernel source {path} (name={name!r}); sources in {KERNEL_DIR}: {have}")
+    return path
+
+
+def kernel_source(name):
+    """The text of kernels/NAME.cu, e.g. to show it in a notebook."""
+    return kernel_path(name).read_text()
+
+
+def require_nvcc():
+    """The path of nvcc, or NvccNotFoundError."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise NvccNotFoundError("nvcc is not on PATH: the kernels are compiled at run time; "
+                                "install the CUDA toolkit and add its bin/ to PATH")
+    return nvcc
+
+
+def _options(defines):
+    return list(NVCC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(dict(defines).items())]
+
+
+def _with_line(source, filename):
+    return f'#line 1 "{filename}"\n{source}'
+
+
+def compile_source(source, filename="kernel.cu", defines=()):
+    """Compile CUDA source with SourceModule for this GPU; return the module.
+
+    Compile errors raise KernelCompileError with nvcc's message, lines numbered as
+    in ``source`` and the file called ``filename``.
+    """
+    from .device import arch, context
+    context()
+    require_nvcc()
+    from pycuda.compiler import SourceModule
+    from pycuda.driver import CompileError
+    try:
+        return SourceModule(_with_line(source, filename), options=_options(defines),
+                            no_extern_c=True, arch=arch(), include_dirs=[str(KERNEL_DIR)])
+    except CompileError as e:
+        raise KernelCompileError(format_nvcc_error(filename, e.stderr or str(e))) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name, defines):
+    path = kernel_path(name)
+    return compile_source(path.read_text(), str(path), defines)
+
+
+def load(name, **defines):
+    """The compiled module of kernels/NAME.cu (cached per process and defines)."""
+    return _module(name, tuple(sorted(defines.items())))
+
+
+def get_function(name, function, **defines):
+    """One kernel (a pycuda Function) from kernels/NAME.cu."""
+    return load(name, **defines).get_function(function)
+
+
+def format_nvcc_error(filename, stderr):
+    """nvcc's output cut to the lines that matter: errors and warnings with file(line)."""
+    text = stderr.decode() if isinstance(stderr, bytes) else str(stderr)
+    keep = [ln for ln in text.splitlines()
+            if re.search(r"\(\d+\): (error|warning)|error:|^\s+\S|\^", ln)]
+    body = "\n".join(keep) if keep else text.strip()
+    return f"nvcc could not compile {filename}:\n{body}"
+
+
+def nvcc_check(source, filename="kernel.cu", defines=(), arch="sm_90"):
+    """Compile CUDA source to a cubin with nvcc, without a GPU; raise KernelCompileError.
+
+    Uses the same options and include path as the GPU path, so what passes here
+    compiles there too. Returns nvcc's warnings (text, possibly empty).
+    """
+    nvcc = require_nvcc()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.cu"
+        src.write_text(_with_line(source, filename))
+        cmd = [nvcc, "-cubin", f"-arch={arch}", *_options(defines), f"-I{KERNEL_DIR}",
+               "-o", str(Path(tmp) / "kernel.cubin"), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise KernelCompileError(format_nvcc_error(filename, proc.stderr + proc.stdout))
+    return proc.stderr

@@ -1,0 +1,96 @@
+"""Inputs for an attention problem, and the CPU reference results, cached.
+
+The inputs are llm.c's: uniform in [-1, 1), drawn from a seeded generator, so the same
+(shape, seed) always gives the same arrays. The CPU reference for a shape and seed is
+computed once and kept on disk (``$ATTNLAB_CACHE``, default ``~/.cache/attnlab``), so
+every notebook of the series need not recompute it.
+"""
+import os
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from . import reference
+from .checks import check_shape, check_int
+
+DEFAULT_SHAPE = dict(B=4, T=1024, C=768, NH=12)
+
+
+@dataclass
+class Problem:
+    """One attention problem: shape, seed, inputs and CPU reference outputs."""
+    B: int
+    T: int
+    C: int
+    NH: int
+    seed: int
+    inp: np.ndarray       # (B, T, 3C)
+    dout: np.ndarray      # (B, T, C)
+    out: np.ndarray       # reference forward
+    preatt: np.ndarray
+    att: np.ndarray
+    dinp: np.ndarray      # reference backward
+    dpreatt: np.ndarray
+    datt: np.ndarray
+
+    @property
+    def shape(self):
+        return dict(B=self.B, T=self.T, C=self.C, NH=self.NH)
+
+
+ARRAYS = [f.name for f in fields(Problem) if f.type is np.ndarray or f.type == "np.ndarray"]
+
+
+def make_inputs(B, T, C, NH, seed=0):
+    """(inp, dout), float32 uniform in [-1, 1), from numpy's generator seeded with ``seed``."""
+    check_shape(B, T, C, NH, gpu=False)
+    rng = np.random.default_rng(check_int("seed", seed, minimum=0))
+    inp = rng.uniform(-1.0, 1.0, (B, T, 3 * C)).astype(np.float32)
+    dout = rng.uniform(-1.0, 1.0, (B, T, C)).astype(np.float32)
+    return inp, dout
+
+
+def cache_dir():
+    return Path(os.environ.get("ATTNLAB_CACHE", Path.home() / ".cache" / "attnlab"))
+
+
+_memo = {}
+
+
+def make_problem(B=4, T=1024, C=768, NH=12, seed=0, cache=True, progress=False):
+    """The Problem for this shape and seed, from memory, from disk, or computed."""
+    B, T, C, NH = check_shape(B, T, C, NH, gpu=False)
+    key = (B, T, C, NH, seed)
+    if key in _memo:
+        return _memo[key]
+    path = cache_dir() / f"reference-B{B}-T{T}-C{C}-NH{NH}-seed{seed}.npz"
+    arrays = None
+    if cache and path.is_file():
+        try:
+            with np.load(path) as z:
+                arrays = {name: z[name] for name in ARRAYS}
+        except Exception:
+            arrays = None                      # a damaged cache file is recomputed
+    if arrays is None:
+        t0 = time.perf_counter()
+        if progress:
+            print(f"computing the CPU reference for B={B} T={T} C={C} NH={NH}...",
+                  file=sys.stderr, flush=True)
+        inp, dout = make_inputs(B, T, C, NH, seed)
+        out, preatt, att = reference.attention_forward(inp, NH)
+        dinp, dpreatt, datt = reference.attention_backward(dout, inp, att, NH)
+        arrays = dict(inp=inp, dout=dout, out=out, preatt=preatt, att=att,
+                      dinp=dinp, dpreatt=dpreatt, datt=datt)
+        if progress:
+            print(f"  done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        if cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.stem + f".{os.getpid()}.tmp.npz")
+            np.savez(tmp, **arrays)
+            os.replace(tmp, path)
+    problem = Problem(B, T, C, NH, seed, **arrays)
+    _memo[key] = problem
+    return problem
