@@ -30,7 +30,8 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel1(float* __rest
     if (t3 >= T) {
         return;
     }
-    float scale = 1.0f / sqrtf(C / NH);  // 1/sqrt(head size)
+    int hs = C / NH;  // head size
+    float scale = 1.0f / sqrtf(hs);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = t3; t < T; t++) {

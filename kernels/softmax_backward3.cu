@@ -28,7 +28,8 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel3(float* __rest
         return;  // the whole warp leaves together
     }
     size_t bh = (size_t)blockIdx.y * T * T;
-    float scale = 1.0f / sqrtf(C / NH);
+    int hs = C / NH;  // head size
+    float scale = 1.0f / sqrtf(hs);
     for (int t = t3; t < T; t++) {
         const float* att_bth = att + bh + (size_t)t * T;
         const float* datt_bth = datt + bh + (size_t)t * T;

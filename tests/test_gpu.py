@@ -1,0 +1,155 @@
+"""The GPU against the CPU reference, over whole tensors (skipped without a GPU)."""
+import numpy as np
+import pytest
+
+from attnlab import attention, bench, gemm, make_problem, validate
+from attnlab.checks import BLOCK_SIZES
+from attnlab.validate import TF32_TOLERANCES
+
+pytestmark = pytest.mark.gpu
+
+SMALL = dict(B=2, T=260, C=192, NH=3)       # T not a multiple of any block size
+DEFAULT = dict(B=4, T=1024, C=768, NH=12)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_problem(**SMALL)
+
+
+@pytest.fixture(scope="module")
+def default():
+    return make_problem(**DEFAULT)
+
+
+def buffers_for(problem):
+    buf = attention.AttentionBuffers(problem.B, problem.T, problem.C, problem.NH)
+    buf.set("inp", problem.inp)
+    buf.set("dout", problem.dout)
+    return buf
+
+
+def poison(buf):
+    """NaN into every element the backward must write, so an unwritten one fails."""
+    T = buf.T
+    for name in ("dinp", "dqkvr", "dvaccum", "datt"):
+        buf.arrays[name].fill(np.nan)
+    lower = np.tril(np.ones((T, T), bool))
+    buf.set("dpreatt", np.broadcast_to(np.where(lower, np.nan, 0).astype(np.float32),
+                                       (buf.B, buf.NH, T, T)).copy())
+
+
+def check_forward(buf, problem, tf32=False):
+    tol = TF32_TOLERANCES if tf32 else {}
+    for name in ("preatt", "att", "out"):
+        validate(buf.get(name), getattr(problem, name), name, tol.get(name), verbose=False)
+
+
+def check_backward(buf, problem, tf32=False):
+    tol = TF32_TOLERANCES if tf32 else {}
+    for name in ("datt", "dpreatt", "dinp"):
+        validate(buf.get(name), getattr(problem, name), name, tol.get(name), verbose=False)
+
+
+@pytest.fixture(scope="module")
+def small_buf(small):
+    with buffers_for(small) as buf:
+        attention.forward(buf)
+        yield buf
+
+
+@pytest.fixture(scope="module")
+def default_buf(default):
+    with buffers_for(default) as buf:
+        attention.forward(buf)
+        yield buf
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_forward_small(small, block_size):
+    with buffers_for(small) as buf:
+        buf.arrays["out"].fill(np.nan)
+        attention.forward(buf, block_size)
+        check_forward(buf, small)
+
+
+def test_forward_default(default_buf, default):
+    check_forward(default_buf, default)
+
+
+@pytest.mark.parametrize("kernel", range(1, 9))
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_backward_small(small_buf, small, kernel, block_size):
+    poison(small_buf)
+    attention.backward(small_buf, kernel, block_size)
+    check_backward(small_buf, small)
+
+
+@pytest.mark.parametrize("kernel", range(1, 9))
+def test_backward_default(default_buf, default, kernel):
+    poison(default_buf)
+    attention.backward(default_buf, kernel, 256)
+    check_backward(default_buf, default)
+
+
+def test_backward_is_idempotent_and_bit_identical(default_buf):
+    attention.backward(default_buf, 8, 256)
+    first = default_buf.get("dinp")
+    attention.backward(default_buf, 8, 256)
+    assert np.array_equal(first, default_buf.get("dinp")), "repeated calls must not accumulate"
+
+
+def test_same_seed_same_bits_in_fresh_buffers(small):
+    results = []
+    for _ in range(2):
+        with buffers_for(small) as buf:
+            attention.forward(buf)
+            attention.backward(buf, 8, 256)
+            results.append((buf.get("out"), buf.get("dinp")))
+    assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+
+def test_tf32_is_a_visible_choice(default_buf, default):
+    gemm.set_tf32(True)
+    assert gemm.tf32_enabled()
+    attention.forward(default_buf, tf32=True)
+    check_forward(default_buf, default, tf32=True)
+    attention.backward(default_buf, 8, 256, tf32=True)
+    check_backward(default_buf, default, tf32=True)
+    tf32_dinp = default_buf.get("dinp")
+    attention.forward(default_buf, tf32=False)
+    attention.backward(default_buf, 8, 256, tf32=False)
+    assert not gemm.tf32_enabled()
+    assert not np.array_equal(tf32_dinp, default_buf.get("dinp")), "TF32 must change the GEMMs"
+    with gemm.tf32():
+        assert gemm.tf32_enabled()
+    assert not gemm.tf32_enabled()
+
+
+def test_numpy_api(small):
+    out, preatt, att = attention.gpu_forward(small.inp, small.NH)
+    validate(out, small.out, "out", verbose=False)
+    dinp, dpreatt, datt = attention.gpu_backward(small.dout, small.inp, small.NH, kernel=7)
+    validate(dinp, small.dinp, "dinp", verbose=False)
+
+
+def test_repeated_calls_leave_gpu_memory_where_it_was(small):
+    from attnlab.device import free_memory
+    attention.gpu_backward(small.dout, small.inp, small.NH)       # load modules, cuBLAS
+    before = free_memory()[0]
+    for _ in range(100):
+        attention.gpu_backward(small.dout, small.inp, small.NH)
+    assert free_memory()[0] == before
+
+
+def test_benchmark_reports_sane_numbers(small_buf):
+    t = bench.benchmark(lambda: attention.backward(small_buf, 8, 256), repeats=5)
+    assert t.repeats == 5 and len(t.times_ms) == 5
+    assert 0 < t.min_ms <= t.median_ms <= t.max_ms
+
+
+def test_device_info():
+    from attnlab import device_info
+    d = device_info()
+    assert d["sms"] > 0 and d["l2_cache_bytes"] > 0 and d["arch"].startswith("sm_")
+    assert 0 < d["memory_free_bytes"] <= d["memory_total_bytes"]
