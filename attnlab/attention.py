@@ -77,9 +77,13 @@ class AttentionBuffers:
         """A numpy copy of one buffer."""
         return self.arrays[name].get()
 
-    def set(self, name, host):
-        """Copy a numpy array of the right shape and dtype into one buffer."""
-        check_array(name, host, self.arrays[name].shape)
+    def set(self, name, host, finite=True):
+        """Copy a numpy array of the right shape and dtype into one buffer.
+
+        NaN and Inf are refused unless ``finite=False`` (e.g. to poison an output buffer,
+        so that an element a kernel forgets to write shows up as NaN).
+        """
+        check_array(name, host, self.arrays[name].shape, finite=finite)
         self.arrays[name].set(host)
 
     def free(self):
@@ -110,7 +114,9 @@ def forward(buf, block_size=256, tf32=False):
     kernels.get_function("permute", "permute_kernel")(
         np.intp(q), np.intp(k), np.intp(v), buf.inp.gpudata,
         np.int32(B), np.int32(T), np.int32(NH), np.int32(HS), grid=grid, block=block)
-    # preatt = q @ kᵀ, computed column-major as preattᵀ = (kᵀ)ᵀ·qᵀ... i.e. op(k)=T, op(q)=N
+    # preatt = q @ kᵀ (row-major). cuBLAS sees each row-major (T, HS) matrix as a
+    # column-major (HS, T) one, i.e. its transpose, and writes preattᵀ = k·qᵀ: so the
+    # first operand is k, transposed ('t'), and the second q, as it is ('n').
     gemm.sgemm_strided_batched("t", "n", T, T, HS, 1.0, k, HS, T * HS, q, HS, T * HS,
                                0.0, buf.preatt.gpudata, T, T * T, B * NH)
     grid, block = softmax_forward_launch(B * NH, T)

@@ -91,7 +91,7 @@ def run(args):
             names += ["datt", "dpreatt", "dinp"]
         for name in names:
             checks[name] = compare(buf.get(name), getattr(problem, name), name, tolerances[name])
-            _progress(str(checks[name]))
+            _progress(checks[name].detail())
         ok = all(r.ok for r in checks.values())
         timings = {}
         if ok:
@@ -125,7 +125,7 @@ def print_table(result, checks):
     print(f"{what} on {result['device']['name']}, B={s['B']} T={s['T']} C={s['C']} NH={s['NH']}, "
           f"{result['gemm_math']} GEMMs")
     for r in checks.values():
-        print(r)
+        print(r.detail())
     if not result["valid"]:
         print("validation FAILED: not timed")
         return

@@ -17,9 +17,12 @@ FLT_EPSILON = float(np.finfo(np.float32).eps)
 TOLERANCES = {"preatt": 5e-3, "att": 1e-3, "out": 1e-3,
               "datt": 5e-3, "dpreatt": 1e-3, "dinp": 1e-3}
 
-# TF32 GEMMs round their inputs to 10 mantissa bits: looser, stated tolerances.
-TF32_TOLERANCES = {"preatt": 5e-2, "att": 5e-3, "out": 5e-3,
-                   "datt": 5e-2, "dpreatt": 5e-3, "dinp": 1e-2}
+# TF32 GEMMs round their inputs to 10 mantissa bits (relative error ~5e-4 per product).
+# Measured on an H200 at B=4 T=1024 C=768 NH=12, seed 0, max |gpu - ref| with TF32 was
+# preatt 4.3e-3, att 8.2e-5, out 4.3e-4, datt 4.3e-3, dpreatt 7.5e-5, dinp 7.5e-4
+# (with fp32 GEMMs: at most 4.3e-6). These tolerances leave about 4x room above that.
+TF32_TOLERANCES = {"preatt": 2e-2, "att": 1e-3, "out": 2e-3,
+                   "datt": 2e-2, "dpreatt": 1e-3, "dinp": 5e-3}
 
 # Coordinate names by the layout each tensor has.
 AXES = {4: ("b", "h", "t", "t2"), 3: ("b", "t", "c")}
@@ -37,6 +40,14 @@ class Report:
     worst: list          # [(coords dict, ref, gpu, |err|)], worst first
 
     def __str__(self):
+        """One stable line when OK (no error size: that can vary with the GPU and library)."""
+        if self.ok:
+            return (f"{self.name}: OK - all {self.checked} elements within "
+                    f"{self.tol:g} + |ref|*FLT_EPSILON")
+        return self.detail()
+
+    def detail(self):
+        """The verdict with the largest error, and the worst mismatches on failure."""
         head = (f"{self.name}: {'OK' if self.ok else 'FAILED'} - {self.mismatches} of "
                 f"{self.checked} elements outside tol {self.tol:g} + |ref|*FLT_EPSILON, "
                 f"max |gpu-ref| = {self.max_abs_err:.3g}")
