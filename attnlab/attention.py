@@ -86,6 +86,19 @@ class AttentionBuffers:
         check_array(name, host, self.arrays[name].shape, finite=finite)
         self.arrays[name].set(host)
 
+    def poison_gradients(self):
+        """Fill every element the backward must write with NaN.
+
+        Then an element a kernel forgets to write shows up as NaN and fails validation
+        (stale values from an earlier, correct kernel would hide it). The upper triangle
+        of dpreatt stays 0: no kernel writes it, and the GEMMs rely on it.
+        """
+        for name in ("dinp", "dqkvr", "dvaccum", "datt"):
+            self.arrays[name].fill(np.nan)
+        lower = np.tril(np.ones((self.T, self.T), bool))
+        row = np.where(lower, np.nan, 0).astype(np.float32)
+        self.set("dpreatt", np.broadcast_to(row, self.arrays["dpreatt"].shape).copy(), finite=False)
+
     def free(self):
         for a in self.arrays.values():
             a.gpudata.free()
