@@ -17,9 +17,8 @@
 
 namespace cg = cooperative_groups;
 
-extern "C" __global__ void softmax_autoregressive_backward_kernel3(float* __restrict__ dpreatt,
-                                                                   const float* __restrict__ datt,
-                                                                   const float* __restrict__ att,
+extern "C" __global__ void softmax_autoregressive_backward_kernel3(float* dpreatt, const float* datt,
+                                                                   const float* att,
                                                                    int B, int T, int C, int NH) {
     cg::thread_block block = cg::this_thread_block();
     cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);

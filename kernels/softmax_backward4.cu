@@ -4,7 +4,8 @@
 // Why faster: every att[t2], datt[t2] a lane loads is used for 8 outputs instead of 1, which
 // cuts the loads from memory by about 8x; the 8 values att[t3+k] and the 8 partial sums live
 // in registers. Version 3 was limited by memory traffic, so this pays off even though each
-// warp now does 8x the arithmetic (and there are 8x fewer warps).
+// warp now does 8x the arithmetic (and there are 8x fewer warps). The pointers are declared
+// __restrict__ from this version on (as in llm.c): no aliasing, so loads may be reordered.
 //
 // Launch geometry: grid (ceil_div(4*T, block_size), B*NH), block_size a multiple of 32;
 // (warp number) * 8 is t3; warps with t3 >= T exit.
@@ -60,14 +61,18 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel4(float* __rest
                 result[k] += local_derivative * datt_t2;
             }
         }
-        // after the reductions every lane holds all 8 sums; lane k stores sum k. (Indexing
-        // result[lane] directly would push the array out of registers into local memory.)
+        // after the reductions every lane holds all 8 sums; lane k keeps sum k (a select:
+        // indexing result[lane] directly would push the array out of registers into local
+        // memory), then lanes 0..7 store together: one coalesced 32-byte store per row.
+        float mine = 0.0f;
 #pragma unroll
         for (int k = 0; k < UNROLL; ++k) {
             float sum = cg::reduce(warp, result[k], cg::plus<float>());
-            if (warp.thread_rank() == k && t3 + k <= t) {  // guard: lower triangle only
-                dpreatt_bth[t3 + k] = scale * sum;
-            }
+            if (warp.thread_rank() == k) mine = sum;
+        }
+        int k = warp.thread_rank();
+        if (k < UNROLL && t3 + k <= t) {  // guard: lower triangle only
+            dpreatt_bth[t3 + k] = scale * mine;
         }
     }
 }

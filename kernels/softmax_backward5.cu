@@ -75,13 +75,18 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel5(float* __rest
         for (; t2 <= t; t2 += warp.size()) {
             loop_step(t2);
         }
-        // lane k stores column t3+k, if it is in the lower triangle (see version 4)
+        // after the reductions every lane holds all 8 sums; lane k keeps sum k (a select:
+        // indexing result[lane] directly would push the array out of registers into local
+        // memory), then lanes 0..7 store together: one coalesced 32-byte store per row.
+        float mine = 0.0f;
 #pragma unroll
         for (int k = 0; k < UNROLL; ++k) {
             float sum = cg::reduce(warp, result[k], cg::plus<float>());
-            if (warp.thread_rank() == k && t3 + k <= t) {
-                dpreatt_bth[t3 + k] = scale * sum;
-            }
+            if (warp.thread_rank() == k) mine = sum;
+        }
+        int k = warp.thread_rank();
+        if (k < UNROLL && t3 + k <= t) {  // guard: lower triangle only
+            dpreatt_bth[t3 + k] = scale * mine;
         }
     }
 }
