@@ -17,7 +17,7 @@ import numpy as np
 from . import gemm, kernels
 from .checks import check_array, check_block_size, check_kernel, check_qkv, check_shape
 from .device import context, free_memory
-from .errors import GPUMemoryError
+from .errors import AttnlabError, GPUMemoryError, InputError
 from .launch import elementwise_launch, softmax_backward_launch, softmax_forward_launch
 
 FORWARD_BUFFERS = {"inp": "B T 3C", "qkvr": "3 B NH T HS", "preatt": "B NH T T",
@@ -38,6 +38,15 @@ def bytes_needed(B, T, C, NH, backward=True):
     return sum(4 * int(np.prod(s)) for s in buffer_shapes(B, T, C, NH, backward).values())
 
 
+def check_fits(need, free, total, what):
+    """Raise GPUMemoryError, before allocating, when ``need`` bytes exceed the free memory."""
+    if need > free:
+        raise GPUMemoryError(
+            f"{what} needs {need:,} bytes ({need / 2**30:.2f} GiB) of GPU memory for its "
+            f"buffers, but only {free:,} bytes ({free / 2**30:.2f} GiB) of "
+            f"{total / 2**30:.2f} GiB are free")
+
+
 class AttentionBuffers:
     """Every device buffer of one attention problem, allocated once.
 
@@ -52,30 +61,35 @@ class AttentionBuffers:
         self.backward = backward
         context()
         need = bytes_needed(B, T, C, NH, backward)
-        free, total = free_memory()
-        if need > free:
-            raise GPUMemoryError(
-                f"B={B} T={T} C={C} NH={NH} needs {need / 2**30:.2f} GiB of GPU memory for "
-                f"its buffers (four of them B*NH*T*T floats), but only {free / 2**30:.2f} GiB "
-                f"of {total / 2**30:.2f} GiB is free")
+        check_fits(need, *free_memory(), what=f"B={B} T={T} C={C} NH={NH}")
         import pycuda.gpuarray as gpuarray
         self.arrays = {}
         for name, shape in buffer_shapes(B, T, C, NH, backward).items():
             self.arrays[name] = gpuarray.empty(shape, np.float32)
         # the upper triangles of att and dpreatt are read by the GEMMs and never written
-        self.arrays["att"].fill(0)
+        fill(self.arrays["att"], 0.0)
         if backward:
-            self.arrays["dpreatt"].fill(0)
+            fill(self.arrays["dpreatt"], 0.0)
 
     def __getattr__(self, name):
         arrays = self.__dict__.get("arrays")
         if arrays is not None and name in arrays:
             return arrays[name]
+        if arrays == {} and name in buffer_shapes(1, 4, 1, 1):
+            raise AttnlabError(f"these AttentionBuffers were freed: {name} is gone; "
+                               f"allocate new ones")
         raise AttributeError(name)
+
+    def _array(self, name):
+        if not self.arrays:
+            raise AttnlabError("these AttentionBuffers were freed; allocate new ones")
+        if name not in self.arrays:
+            raise InputError(f"name must be one of the buffers {sorted(self.arrays)}, got {name!r}")
+        return self.arrays[name]
 
     def get(self, name):
         """A numpy copy of one buffer."""
-        return self.arrays[name].get()
+        return self._array(name).get()
 
     def set(self, name, host, finite=True):
         """Copy a numpy array of the right shape and dtype into one buffer.
@@ -83,7 +97,7 @@ class AttentionBuffers:
         NaN and Inf are refused unless ``finite=False`` (e.g. to poison an output buffer,
         so that an element a kernel forgets to write shows up as NaN).
         """
-        check_array(name, host, self.arrays[name].shape, finite=finite)
+        check_array(name, host, self._array(name).shape, finite=finite)
         self.arrays[name].set(host)
 
     def poison_gradients(self):
@@ -94,7 +108,7 @@ class AttentionBuffers:
         of dpreatt stays 0: no kernel writes it, and the GEMMs rely on it.
         """
         for name in ("dinp", "dqkvr", "dvaccum", "datt"):
-            self.arrays[name].fill(np.nan)
+            fill(self._array(name), np.nan)
         lower = np.tril(np.ones((self.T, self.T), bool))
         row = np.where(lower, np.nan, 0).astype(np.float32)
         self.set("dpreatt", np.broadcast_to(row, self.arrays["dpreatt"].shape).copy(), finite=False)
@@ -111,6 +125,21 @@ class AttentionBuffers:
         self.free()
 
 
+def fill(array, value):
+    """Set every float of a GPUArray to value with a driver memset (no kernel to compile)."""
+    import pycuda.driver as cuda
+    bits = int(np.array(value, np.float32).view(np.uint32))
+    cuda.memset_d32(array.gpudata, bits, array.size)
+
+
+def _check_buffers(buf):
+    if not isinstance(buf, AttentionBuffers):
+        raise InputError(f"buf must be an AttentionBuffers (attention.AttentionBuffers(B, T, C, NH)), "
+                         f"got {type(buf).__name__}")
+    if not buf.arrays:
+        raise AttnlabError("these AttentionBuffers were freed; allocate new ones")
+
+
 def _qkv_pointers(qkvr, B, T, C):
     """Device pointers to q, k, v inside one (3, B, NH, T, HS) buffer."""
     base, n = int(qkvr.gpudata), B * T * C
@@ -120,6 +149,7 @@ def _qkv_pointers(qkvr, B, T, C):
 def forward(buf, block_size=256, tf32=False):
     """Run the forward pass on ``buf`` (reads buf.inp; writes qkvr, preatt, att, vaccum, out)."""
     bs = check_block_size(block_size)
+    _check_buffers(buf)
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     gemm.set_tf32(tf32)
     q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
@@ -147,6 +177,9 @@ def forward(buf, block_size=256, tf32=False):
 
 def softmax_backward(buf, kernel=8, block_size=256):
     """Only the softmax backward: dpreatt (lower triangle) from datt and att."""
+    check_kernel(kernel)
+    check_block_size(block_size)
+    _check_buffers(buf)
     grid, block, defines = softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, block_size)
     fn = kernels.get_function(f"softmax_backward{kernel}",
                               f"softmax_autoregressive_backward_kernel{kernel}", **defines)
@@ -159,6 +192,9 @@ def backward(buf, kernel=8, block_size=256, tf32=False):
     """Run the backward pass on ``buf`` after ``forward`` (reads dout; writes dinp etc.)."""
     kernel = check_kernel(kernel)
     bs = check_block_size(block_size)
+    _check_buffers(buf)
+    if not buf.backward:
+        raise InputError("buf was allocated with backward=False: it has no gradient buffers")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     gemm.set_tf32(tf32)
     q, k, v = _qkv_pointers(buf.qkvr, B, T, C)

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .checks import BLOCK_SIZES, check_int
+from .checks import BLOCK_SIZES, check_block_size, check_int
+from .errors import InputError
 from .device import context, device_info
 
 
@@ -51,6 +52,9 @@ class L2Flusher:
 
 def benchmark(fn, repeats=10, warmup=2, flush_l2=True):
     """Time ``fn()`` (which launches GPU work) and return a Timing."""
+    if not callable(fn):
+        raise InputError(f"fn must be callable (a function that launches the GPU work), "
+                         f"got {type(fn).__name__} {fn!r}")
     repeats = check_int("repeats", repeats)
     warmup = check_int("warmup", warmup, minimum=0)
     context()
@@ -79,6 +83,7 @@ def benchmark(fn, repeats=10, warmup=2, flush_l2=True):
 
 def sweep(fn, block_sizes=BLOCK_SIZES, **kwargs):
     """Benchmark ``fn(block_size)`` for each block size; return {block_size: Timing}."""
+    block_sizes = [check_block_size(bs) for bs in block_sizes]
     return {bs: benchmark(lambda: fn(bs), **kwargs) for bs in block_sizes}
 
 

@@ -9,6 +9,8 @@ from .errors import InputError
 
 BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
 KERNELS = tuple(range(1, 9))
+MAX_GRID_Y = 65535        # the softmax-backward kernels launch B*NH rows of blocks (gridDim.y)
+MAX_INT32 = 2**31 - 1     # the permute kernels index the (B, T, 3C) buffer with 32-bit ints
 
 
 def check_int(name, value, minimum=1):
@@ -21,13 +23,22 @@ def check_int(name, value, minimum=1):
 
 
 def check_shape(B, T, C, NH, gpu=True):
-    """B, T, C, NH: C divisible by NH; for the GPU kernels also T a multiple of 4."""
+    """B, T, C, NH: C divisible by NH; for the GPU kernels also T a multiple of 4, B*NH at
+    most 65535 (rows of blocks) and B*T*3C below 2**31 (32-bit indices)."""
     B, T, C, NH = (check_int(n, v) for n, v in (("B", B), ("T", T), ("C", C), ("NH", NH)))
     if C % NH:
         raise InputError(f"C must be divisible by NH (C={C}, NH={NH}, C % NH = {C % NH})")
     if gpu and T % 4:
         raise InputError(f"T must be a multiple of 4 (the softmax kernels read rows as float4 "
                          f"and kernel 8 does 4 rows per block), got T={T}")
+    if gpu and B * NH > MAX_GRID_Y:
+        raise InputError(f"B*NH must be at most {MAX_GRID_Y} (the softmax-backward kernels "
+                         f"launch one row of blocks per (b, h), and a grid has at most "
+                         f"{MAX_GRID_Y} rows), got B={B}, NH={NH}: B*NH = {B * NH}")
+    if gpu and B * T * 3 * C > MAX_INT32:
+        raise InputError(f"B*T*3*C must be at most 2**31-1 = {MAX_INT32} (the permute kernels "
+                         f"index the (B, T, 3C) buffer with 32-bit ints), got B={B}, T={T}, "
+                         f"C={C}: B*T*3*C = {B * T * 3 * C}")
     return B, T, C, NH
 
 
@@ -51,7 +62,8 @@ def check_kernel(kernel, allowed=KERNELS, name="kernel"):
 def check_array(name, a, shape, dtypes=(np.float32,), finite=True):
     """A contiguous numpy array of the given shape (None = any size) and dtype."""
     if not isinstance(a, np.ndarray):
-        raise InputError(f"{name} must be a numpy array, got {type(a).__name__}")
+        raise InputError(f"{name} must be a numpy array, got {type(a).__name__}; "
+                         f"pass np.asarray({name}, dtype=np.float32)")
     allowed = tuple(np.dtype(d) for d in dtypes)
     if a.dtype not in allowed:
         want = " or ".join(str(d) for d in allowed)
@@ -60,12 +72,12 @@ def check_array(name, a, shape, dtypes=(np.float32,), finite=True):
         want = "(" + ", ".join("?" if s is None else str(s) for s in shape) + ")"
         raise InputError(f"{name} must have shape {want}, got {a.shape}")
     if not a.flags.c_contiguous:
-        raise InputError(f"{name} must be C-contiguous (got a strided view); "
-                         f"pass np.ascontiguousarray({name})")
+        raise InputError(f"{name} must be C-contiguous, got a strided view (shape {a.shape}, "
+                         f"strides {a.strides}); pass np.ascontiguousarray({name})")
     if finite and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))
-        raise InputError(f"{name} holds {len(bad)} NaN/Inf values, first at index "
-                         f"{tuple(int(i) for i in bad[0])} (value {a[tuple(bad[0])]})")
+        raise InputError(f"{name} must be finite, but holds {len(bad)} NaN/Inf value(s), first "
+                         f"at index {tuple(int(i) for i in bad[0])} (value {a[tuple(bad[0])]})")
     return a
 
 
@@ -75,5 +87,10 @@ def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True):
     B, T, C3 = inp.shape
     if C3 % 3:
         raise InputError(f"inp must have shape (B, T, 3*C); its last dimension {C3} "
-                         f"is not divisible by 3")
-    return check_shape(B, T, C3 // 3, n_head, gpu)
+                         f"is not divisible by 3 (inp.shape = {inp.shape})")
+    n_head = check_int("n_head", n_head)
+    C = C3 // 3
+    if C % n_head:
+        raise InputError(f"C must be divisible by NH: C = inp.shape[2] / 3 = {C}, "
+                         f"NH = n_head = {n_head}, C % NH = {C % n_head}")
+    return check_shape(B, T, C, n_head, gpu)

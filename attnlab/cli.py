@@ -3,19 +3,21 @@
     python -m attnlab info
     python -m attnlab forward [--B 4 --T 1024 --C 768 --NH 12] [--tf32] [--json]
     python -m attnlab backward N [...] [--repeats 10] [--block-sizes 32,64,...]
+    python -m attnlab sanitize [--tools memcheck,...] [--shapes default,small] [--kernels 1,...]
 
 forward / backward N do what llm.c's main does: compute the CPU reference, run the GPU
 forward and validate it over whole tensors, run the backward with softmax-backward
 kernel N and validate it, then time every block size. Progress goes to stderr; the
 result goes to stdout (a table, or one JSON object with --json). Exit status: 0 when
-everything validated, 1 when a result was wrong, 2 for bad arguments or no GPU.
+everything validated, 1 when a result was wrong, 2 for bad arguments, a shape too large for
+the GPU's free memory, or no GPU.
 """
 import argparse
 import json
 import sys
 
 from .checks import BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel, check_shape
-from .errors import AttnlabError, InputError, NoGPUError
+from .errors import AttnlabError, GPUMemoryError, InputError, NoGPUError
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
 
 
@@ -29,7 +31,7 @@ def _block_sizes(text):
     except ValueError:
         raise InputError(f"--block-sizes must be comma-separated integers, got {text!r}") from None
     if not values:
-        raise InputError("--block-sizes must name at least one block size")
+        raise InputError(f"--block-sizes must name at least one block size, got {text!r}")
     return [check_block_size(v, "--block-sizes") for v in values]
 
 
@@ -42,6 +44,8 @@ def parser():
         common.add_argument(f"--{name}", type=int, default=default)
     common.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     common.add_argument("--repeats", type=int, default=10, help="timed repeats per block size")
+    common.add_argument("--warmup", type=int, default=2,
+                        help="untimed calls before the repeats of each block size")
     common.add_argument("--block-sizes", default=",".join(map(str, BLOCK_SIZES)),
                         help="comma-separated block sizes to time (powers of two, 32..1024)")
     common.add_argument("--tf32", action="store_true",
@@ -50,6 +54,10 @@ def parser():
     sub.add_parser("forward", parents=[common], help="validate and time the forward pass")
     b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
     b.add_argument("kernel", type=int, help=f"softmax-backward kernel, one of {list(KERNELS)}")
+    from .sanitize import add_arguments as sanitize_arguments
+    sanitize_arguments(sub.add_parser(
+        "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
+                         "initcheck, synccheck); see attnlab/sanitize.py"))
     return p
 
 
@@ -69,28 +77,32 @@ def run(args):
     B, T, C, NH = check_shape(args.B, args.T, args.C, args.NH)
     kernel = check_kernel(args.kernel) if args.command == "backward" else None
     repeats = check_int("--repeats", args.repeats)
+    warmup = check_int("--warmup", args.warmup, minimum=0)
+    check_int("--seed", args.seed, minimum=0)
     block_sizes = _block_sizes(args.block_sizes)
-    from . import attention, bench
+    from . import attention, bench, problem
     from .device import device_info
-    from .problem import make_problem
     device = device_info()
+    backward = args.command == "backward"
+    # before the CPU reference (slow at big shapes): will the buffers fit on the GPU?
+    attention.check_fits(attention.bytes_needed(B, T, C, NH, backward), device["memory_free_bytes"],
+                         device["memory_total_bytes"], f"B={B} T={T} C={C} NH={NH}")
     _progress(f"{device['name']}: B={B} T={T} C={C} NH={NH}, "
               f"{'TF32' if args.tf32 else 'fp32'} GEMMs")
-    problem = make_problem(B, T, C, NH, args.seed, progress=True)
+    ref = problem.make_problem(B, T, C, NH, args.seed, progress=True)
     tolerances = TF32_TOLERANCES if args.tf32 else TOLERANCES
     checks = {}
-    backward = args.command == "backward"
     with attention.AttentionBuffers(B, T, C, NH, backward=backward) as buf:
-        buf.set("inp", problem.inp)
+        buf.set("inp", ref.inp)
         attention.forward(buf, 256, args.tf32)
         names = ["preatt", "att", "out"]
         if backward:
-            buf.set("dout", problem.dout)
+            buf.set("dout", ref.dout)
             _progress(f"running backward kernel {kernel} once to validate it...")
             attention.backward(buf, kernel, 256, args.tf32)
             names += ["datt", "dpreatt", "dinp"]
         for name in names:
-            checks[name] = compare(buf.get(name), getattr(problem, name), name, tolerances[name])
+            checks[name] = compare(buf.get(name), getattr(ref, name), name, tolerances[name])
             _progress(checks[name].detail())
         ok = all(r.ok for r in checks.values())
         timings = {}
@@ -101,12 +113,12 @@ def run(args):
                     fn = lambda bs=bs: attention.backward(buf, kernel, bs, args.tf32)
                 else:
                     fn = lambda bs=bs: attention.forward(buf, bs, args.tf32)
-                timings[bs] = bench.benchmark(fn, repeats=repeats)
+                timings[bs] = bench.benchmark(fn, repeats=repeats, warmup=warmup)
     result = {
         "command": args.command, "kernel": kernel,
         "device": {k: device[k] for k in ("name", "arch", "sms", "driver_version", "cuda_version")},
         "shape": dict(B=B, T=T, C=C, NH=NH), "seed": args.seed,
-        "gemm_math": "tf32" if args.tf32 else "fp32", "repeats": repeats,
+        "gemm_math": "tf32" if args.tf32 else "fp32", "repeats": repeats, "warmup": warmup,
         "validation": {n: {"ok": r.ok, "mismatches": r.mismatches, "checked": r.checked,
                            "max_abs_err": r.max_abs_err, "tol": r.tol} for n, r in checks.items()},
         "valid": ok,
@@ -139,11 +151,14 @@ def print_table(result, checks):
 
 def main(argv=None):
     args = parser().parse_args(argv)
+    if args.command == "sanitize":
+        from .sanitize import run as sanitize
+        return sanitize(args)
     try:
         if args.command == "info":
             return info()
         result, checks, status = run(args)
-    except NoGPUError as e:
+    except (NoGPUError, GPUMemoryError) as e:
         print(f"attnlab: {e}", file=sys.stderr)
         return 2
     except InputError as e:

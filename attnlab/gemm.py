@@ -17,6 +17,7 @@ import ctypes
 import warnings
 
 from .device import context
+from .checks import check_int
 from .errors import InputError
 
 OPS = {"n": 0, "t": 1}                 # CUBLAS_OP_N, CUBLAS_OP_T
@@ -76,6 +77,8 @@ def _destroy():
 def set_tf32(enabled):
     """Choose cuBLAS's math for SGEMM: exact fp32 (False) or TF32 tensor cores (True)."""
     global _tf32
+    if not isinstance(enabled, (bool, int)) or enabled not in (0, 1):
+        raise InputError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
     enabled = bool(enabled)
     h = handle()
     if enabled != _tf32:
@@ -111,6 +114,11 @@ def sgemm_strided_batched(transa, transb, m, n, k, alpha, A, lda, stride_a,
     """
     if transa not in OPS or transb not in OPS:
         raise InputError(f"transa and transb must be 'n' or 't', got {transa!r}, {transb!r}")
+    for name, value in (("m", m), ("n", n), ("k", k), ("stride_a", stride_a),
+                        ("stride_b", stride_b), ("stride_c", stride_c)):
+        check_int(name, value, minimum=0)
+    for name, value in (("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batch", batch)):
+        check_int(name, value, minimum=1)
     h = handle()
     a, b = ctypes.c_float(alpha), ctypes.c_float(beta)
     status = _cublas._libcublas.cublasSgemmStridedBatched(

@@ -42,16 +42,51 @@ def require_nvcc():
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise NvccNotFoundError("nvcc is not on PATH: the kernels are compiled at run time; "
-                                "install the CUDA toolkit and add its bin/ to PATH")
+                                "install the CUDA toolkit and add its bin/ to PATH (PATH is "
+                                f"{os.environ.get('PATH', '')!r})")
     return nvcc
 
 
 def _options(defines):
-    return list(NVCC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(dict(defines).items())]
+    return list(NVCC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(_defines(defines).items())]
+
+
+def _defines(defines):
+    """defines as a dict {NAME: value}; a dict or (name, value) pairs are accepted."""
+    try:
+        d = dict(defines)
+    except (TypeError, ValueError):
+        raise InputError(f"defines must be a dict or (name, value) pairs, e.g. "
+                         f"{{'BLOCK_SIZE': 256}}, got {defines!r}") from None
+    for k in d:
+        if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_]\w*", k):
+            raise InputError(f"defines: each name must be a C identifier, got {k!r} in {defines!r}")
+    return d
 
 
 def _with_line(source, filename):
     return f'#line 1 "{filename}"\n{source}'
+
+
+def _check_source(source, filename, defines=()):
+    """source must be CUDA C text, filename a name for it, defines a dict (checked before any
+    CUDA call)."""
+    _defines(defines)
+    if not isinstance(source, str):
+        raise InputError(f"source must be a str of CUDA C, got {type(source).__name__} "
+                         f"{str(source)[:60]!r}")
+    if not isinstance(filename, (str, os.PathLike)):
+        raise InputError(f"filename must be a str (the name nvcc's messages use), got "
+                         f"{type(filename).__name__} {filename!r}")
+
+
+_KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+'
+                          r'(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(')
+
+
+def kernel_names(source):
+    """The names of the ``extern "C" __global__`` kernels declared in CUDA source text."""
+    return _KERNEL_DECL.findall(source)
 
 
 def compile_source(source, filename="kernel.cu", defines=()):
@@ -60,6 +95,7 @@ def compile_source(source, filename="kernel.cu", defines=()):
     Compile errors raise KernelCompileError with nvcc's message, lines numbered as
     in ``source`` and the file called ``filename``.
     """
+    _check_source(source, filename, defines)
     from .device import arch, context
     context()
     require_nvcc()
@@ -84,8 +120,19 @@ def load(name, **defines):
 
 
 def get_function(name, function, **defines):
-    """One kernel (a pycuda Function) from kernels/NAME.cu."""
-    return load(name, **defines).get_function(function)
+    """One kernel (a pycuda Function) from kernels/NAME.cu.
+
+    A name the module does not have raises InputError listing the kernels it has.
+    """
+    module = load(name, **defines)
+    try:
+        return module.get_function(function)
+    except Exception as e:          # pycuda's LogicError: cuModuleGetFunction, symbol not found
+        have = kernel_names(kernel_source(name))
+        if function in have:
+            raise
+        raise InputError(f"function={function!r} is not a kernel of {kernel_path(name)}; its "
+                         f"extern \"C\" kernels are {have}") from e
 
 
 def format_nvcc_error(filename, stderr):
@@ -103,6 +150,9 @@ def nvcc_check(source, filename="kernel.cu", defines=(), arch="sm_90"):
     Uses the same options and include path as the GPU path, so what passes here
     compiles there too. Returns nvcc's warnings (text, possibly empty).
     """
+    _check_source(source, filename, defines)
+    if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
+        raise InputError(f"arch must name a GPU architecture like 'sm_90', got {arch!r}")
     nvcc = require_nvcc()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernel.cu"

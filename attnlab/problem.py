@@ -60,9 +60,18 @@ def cache_dir():
 _memo = {}
 
 
+def _looks_right(arrays, B, T, C, NH):
+    """A cache entry has the shapes of this problem, float32 and finite values."""
+    shapes = dict(inp=(B, T, 3 * C), dout=(B, T, C), out=(B, T, C), preatt=(B, NH, T, T),
+                  att=(B, NH, T, T), dinp=(B, T, 3 * C), dpreatt=(B, NH, T, T), datt=(B, NH, T, T))
+    return all(arrays[n].shape == shapes[n] and arrays[n].dtype == np.float32
+               and np.isfinite(arrays[n]).all() for n in ARRAYS)
+
+
 def make_problem(B=4, T=1024, C=768, NH=12, seed=0, cache=True, progress=False):
     """The Problem for this shape and seed, from memory, from disk, or computed."""
     B, T, C, NH = check_shape(B, T, C, NH, gpu=False)
+    seed = check_int("seed", seed, minimum=0)
     key = (B, T, C, NH, seed)
     if key in _memo:
         return _memo[key]
@@ -72,6 +81,8 @@ def make_problem(B=4, T=1024, C=768, NH=12, seed=0, cache=True, progress=False):
         try:
             with np.load(path) as z:
                 arrays = {name: z[name] for name in ARRAYS}
+            if not _looks_right(arrays, B, T, C, NH):
+                arrays = None
         except Exception:
             arrays = None                      # a damaged cache file is recomputed
     if arrays is None:

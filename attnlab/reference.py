@@ -16,6 +16,7 @@ The arithmetic runs in the dtype of ``inp`` (float32, or float64 for gradient ch
 import numpy as np
 
 from .checks import check_array, check_qkv
+from .errors import InputError
 
 FLOAT_TYPES = (np.float32, np.float64)
 
@@ -48,10 +49,20 @@ def attention_forward(inp, n_head):
     preatt = q @ k.transpose(0, 1, 3, 2)                         # (B, NH, T, T), unscaled
     mask = causal_mask(T)
     masked = np.where(mask, preatt, -np.inf)
-    att = np.exp(scale * (masked - masked.max(axis=-1, keepdims=True)))  # exp(-inf) = 0
-    att /= att.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):   # overflow is reported below
+        att = np.exp(scale * (masked - masked.max(axis=-1, keepdims=True)))  # exp(-inf) = 0
+        att /= att.sum(axis=-1, keepdims=True)
     out = merge_heads(att @ v)
+    _check_finite_result("attention_forward", out, inp)
     return out, preatt, att
+
+
+def _check_finite_result(what, result, inp):
+    """Finite inputs can still overflow (|inp| ~ 1e20 makes q·k inf): say so, not NaN."""
+    if not np.isfinite(result).all():
+        raise InputError(f"{what}: inp is finite but too large for {inp.dtype} arithmetic: "
+                         f"the result overflowed to NaN/Inf (largest |inp| = "
+                         f"{float(np.abs(inp).max()):.3g}); expected values of order 1")
 
 
 def attention_backward(dout, inp, att, n_head):
@@ -76,4 +87,5 @@ def attention_backward(dout, inp, att, n_head):
     dq = dpreatt @ k
     dk = dpreatt.transpose(0, 1, 3, 2) @ q
     dinp = np.concatenate([merge_heads(g) for g in (dq, dk, dv)], axis=-1)
+    _check_finite_result("attention_backward", dinp, inp)
     return dinp, dpreatt, datt

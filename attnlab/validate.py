@@ -2,8 +2,8 @@
 
 The rule is llm.c's: an element passes when |gpu − ref| <= tol + |ref|·FLT_EPSILON.
 Unlike llm.c, every element is checked (llm.c checks only a prefix of preatt and att),
-a NaN or Inf on the GPU side always fails, and a failure says where: the count of
-mismatches and the worst ones with their coordinates.
+a NaN or Inf on either side always fails (llm.c skips non-finite reference values), and
+a failure says where: the count of mismatches and the worst ones with their coordinates.
 """
 from dataclasses import dataclass
 
@@ -65,14 +65,20 @@ def compare(gpu, ref, name, tol=None, worst=5):
     tol = TOLERANCES.get(name) if tol is None else tol
     if tol is None:
         raise InputError(f"tol must be given for {name!r} (known names: {sorted(TOLERANCES)})")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)) or tol < 0:
+        raise InputError(f"tol must be a number >= 0, got {type(tol).__name__} {tol!r}")
     gpu = np.asarray(gpu)
     ref = np.asarray(ref)
+    for what, a in (("gpu", gpu), ("ref", ref)):
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+            raise InputError(f"{name}: {what} must be a numeric array, got dtype {a.dtype}")
     if gpu.shape != ref.shape:
         raise InputError(f"{name}: gpu result has shape {gpu.shape}, reference {ref.shape}")
     ref64 = ref.astype(np.float64)
     err = np.abs(gpu.astype(np.float64) - ref64)
-    # like llm.c, a reference value that is not finite is not checked
-    bad = (~(err <= tol + np.abs(ref64) * FLT_EPSILON)) & np.isfinite(ref64)
+    # unlike llm.c, which skips them, a reference value that is not finite is a mismatch
+    # (the inputs are checked to be finite, so it means the reference itself went wrong)
+    bad = ~(err <= tol + np.abs(ref64) * FLT_EPSILON) | ~np.isfinite(ref64) | ~np.isfinite(err)
     n_bad = int(np.count_nonzero(bad))
     finite_err = np.where(np.isfinite(err), err, np.inf)
     max_err = float(finite_err.max()) if err.size else 0.0

@@ -40,9 +40,10 @@ def test_btc_coordinates_and_nan_always_fails():
     assert not r.ok and r.worst[0][0] == {"b": 1, "t": 3, "c": 5}
 
 
-def test_nonfinite_reference_is_skipped_like_llmc():
+def test_nonfinite_reference_is_a_mismatch_unlike_llmc():
     ref = np.array([np.inf, 1.0], np.float32)
-    assert compare(np.array([0.0, 1.0], np.float32), ref, "x", 1e-3).ok
+    r = compare(np.array([0.0, 1.0], np.float32), ref, "x", 1e-3)
+    assert not r.ok and r.mismatches == 1
 
 
 def test_shape_mismatch_is_an_input_error():
