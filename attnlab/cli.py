@@ -18,6 +18,7 @@ import sys
 
 from .checks import BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel, check_shape
 from .errors import AttnlabError, GPUMemoryError, InputError, NoGPUError
+from .fused import FUSED_KERNEL
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
 
 
@@ -53,7 +54,9 @@ def parser():
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sub.add_parser("forward", parents=[common], help="validate and time the forward pass")
     b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
-    b.add_argument("kernel", type=int, help=f"softmax-backward kernel, one of {list(KERNELS)}")
+    b.add_argument("kernel", type=int, help=f"softmax-backward kernel, one of {list(KERNELS)}, "
+                   f"or {FUSED_KERNEL}: the fused FlashAttention-2-style backward (fp32; with "
+                   f"--tf32 on tensor cores)")
     from .sanitize import add_arguments as sanitize_arguments
     sanitize_arguments(sub.add_parser(
         "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
@@ -74,6 +77,9 @@ def info():
 
 def run(args):
     """forward or backward N: validate, then time; returns (result dict, exit status)."""
+    if args.command == "backward" and args.kernel == FUSED_KERNEL:
+        from .fused import run_cli
+        return run_cli(args)
     B, T, C, NH = check_shape(args.B, args.T, args.C, args.NH)
     kernel = check_kernel(args.kernel) if args.command == "backward" else None
     repeats = check_int("--repeats", args.repeats)

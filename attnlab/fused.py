@@ -1,0 +1,416 @@
+"""Fused causal attention (FlashAttention-2 style): no T×T buffer, forward and backward.
+
+Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH,T,HS)
+          and lse (B,NH,T) --unpermute--> out (B,T,C)
+Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
+          --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
+          --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
+
+Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
+four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
+whose header explains the algorithm) recompute each tile of the attention matrix from q, k
+and the per-row log-sum-exp ``lse`` instead of storing it. They come in two precisions:
+``tf32=False`` (fp32 FMAs on CUDA cores) and ``tf32=True`` (TF32 tensor cores, sm_80 and
+newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
+
+The backward is deterministic: no atomics, each gradient element has one writer, so the same
+inputs give bit-identical dinp run after run. Like attention.py, every call is idempotent:
+each buffer has one producer and is overwritten, nothing needs clearing between calls.
+"""
+import functools
+import sys
+
+import numpy as np
+
+from . import kernels
+from .checks import check_array, check_int, check_qkv, check_shape
+from .device import context, free_memory
+from .errors import GPUMemoryError, InputError, NoGPUError
+from .launch import ceil_div, elementwise_launch
+
+SOURCE = "flash_attention"           # kernels/flash_attention.cu
+HEAD_SIZES = (64,)                   # what the kernels are written for (-DHEAD_SIZE)
+FUSED_KERNEL = 9                     # its number next to the softmax-backward kernels 1-8
+
+# Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
+# shared memory a tile row is padded to 72 floats.
+TILE = 64
+THREADS = 128
+TILE_FLOATS = TILE * 72
+PREPROCESS_THREADS = 256             # half a warp per row: 16 rows per block
+PREPROCESS_ROWS = 16
+MAX_GRID_Y = 65535
+
+# Stated tolerances: an element passes when |gpu - ref| <= tol + |ref|*FLT_EPSILON (validate.py).
+# - fp32: the seed's 1e-3. The fused kernels only sum in another order than numpy: run through
+#   a CPU emulation of the kernel source (threads, barriers, shuffles), the max errors were
+#   1.5e-7 (out) and 2.4e-6 (dinp) at B=2 T=260 C=192 NH=3, 1.8e-7 and 4.3e-6 at the default
+#   shape B=4 T=1024 C=768 NH=12.
+# - tf32: every product rounds its inputs (q, k, v, do, and P and dS on their way into the
+#   next product) to TF32's 10-bit mantissa, a relative error up to 2^-11 ~ 4.9e-4 per operand;
+#   the softmax statistics and every sum stay fp32. With the default inputs (uniform in
+#   [-1, 1)) |out| < 1 and |dinp| reaches ~2.3, so errors of several 1e-4 are expected: the
+#   emulation (mma.sync modelled after the PTX fragment layouts) gave out 3.1e-4 / dinp 6.3e-4
+#   at the small shape and 3.7e-4 / 7.4e-4 at the default shape -- as the cuBLAS TF32 pipeline
+#   measured on the H200 (validate.py: 4.3e-4 / 7.5e-4). Same tolerances as that pipeline's
+#   validate.TF32_TOLERANCES: ~5x above what is expected.
+FUSED_TOLERANCES = {
+    "fp32": {"out": 1e-3, "dinp": 1e-3},
+    "tf32": {"out": 2e-3, "dinp": 5e-3},
+}
+
+FUSED_BUFFERS = {"inp": "B T 3C", "qkvr": "3 B NH T HS", "o": "B NH T HS", "lse": "B NH T",
+                 "out": "B T C", "dout": "B T C", "do": "B NH T HS", "D": "B NH T",
+                 "dqkvr": "3 B NH T HS", "dinp": "B T 3C"}
+FORWARD_ONLY = ("inp", "qkvr", "o", "lse", "out")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks and geometry (no GPU needed)
+
+def check_tf32(tf32):
+    """tf32 must be a bool (True: TF32 tensor cores, False: fp32 CUDA cores)."""
+    if not isinstance(tf32, (bool, np.bool_)):
+        raise InputError(f"tf32 must be True (TF32 tensor cores) or False (fp32 CUDA cores), "
+                         f"got {type(tf32).__name__} {tf32!r}")
+    return bool(tf32)
+
+
+def check_head_size(C, NH):
+    """The fused kernels are built for one head size: HS = C / NH must be in HEAD_SIZES."""
+    HS = C // NH
+    if HS not in HEAD_SIZES:
+        raise InputError(f"the fused attention kernels support head size HS = C / NH in "
+                         f"{list(HEAD_SIZES)} only, got HS = {C} / {NH} = {HS}; use the "
+                         f"materialized pipeline (attnlab.attention, kernels 1-8) for other "
+                         f"head sizes")
+    return HS
+
+
+def check_fused_shape(B, T, C, NH):
+    """check_shape's rules for the GPU, plus HS = 64 and the fused launch's grid limit."""
+    B, T, C, NH = check_shape(B, T, C, NH)
+    check_head_size(C, NH)
+    if 2 * n_tiles(T) > MAX_GRID_Y:
+        raise InputError(f"T must be at most {MAX_GRID_Y // 2 * TILE} for the fused backward "
+                         f"(2*ceil(T/{TILE}) rows of blocks, at most {MAX_GRID_Y}), got T={T}")
+    return B, T, C, NH
+
+
+def n_tiles(T):
+    """Tiles of 64 rows (queries or keys) covering T rows; the last one may be partial."""
+    return ceil_div(T, TILE)
+
+
+def shared_memory_bytes(kernel, tf32):
+    """Dynamic shared memory of one block of ``flash_forward`` or ``flash_backward``.
+
+    forward: the q, k, v tiles; backward: 4 tiles (own and current: k, v, q, do) and the lse
+    and D of one query tile. The fp32 variant adds a per-warp scratch for P and dS (16 rows,
+    padded by 4 floats): 64 wide in the forward, 32 in the backward (half tiles).
+    """
+    tf32 = check_tf32(tf32)
+    if kernel == "flash_forward":
+        floats = 3 * TILE_FLOATS + (0 if tf32 else 4 * 16 * (TILE + 4))
+    elif kernel == "flash_backward":
+        floats = 4 * TILE_FLOATS + 2 * TILE + (0 if tf32 else 4 * 16 * (TILE // 2 + 4))
+    else:
+        raise InputError(f"kernel must be 'flash_forward' or 'flash_backward', got {kernel!r}")
+    return 4 * floats
+
+
+def fused_launch(B, T, NH, tf32):
+    """{kernel name: (grid, block, shared bytes)} for the three fused kernels."""
+    BH, nt = B * NH, n_tiles(T)
+    return {
+        "flash_forward": ((BH, nt, 1), (THREADS, 1, 1), shared_memory_bytes("flash_forward", tf32)),
+        "flash_backward_preprocess": ((ceil_div(BH * T, PREPROCESS_ROWS), 1, 1),
+                                      (PREPROCESS_THREADS, 1, 1), 0),
+        "flash_backward": ((BH, 2 * nt, 1), (THREADS, 1, 1),
+                           shared_memory_bytes("flash_backward", tf32)),
+    }
+
+
+def fused_buffer_shapes(B, T, C, NH, backward=True):
+    """The shape of every buffer of the fused forward (and backward)."""
+    dims = {"B": B, "T": T, "C": C, "3C": 3 * C, "NH": NH, "HS": C // NH, "3": 3}
+    return {n: tuple(dims[d] for d in spec.split()) for n, spec in FUSED_BUFFERS.items()
+            if backward or n in FORWARD_ONLY}
+
+
+def fused_bytes_needed(B, T, C, NH, backward=True):
+    """GPU bytes for all the fused buffers of this shape (float32): linear in T."""
+    return sum(4 * int(np.prod(s)) for s in fused_buffer_shapes(B, T, C, NH, backward).values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers
+
+class FusedBuffers:
+    """Every device buffer of one fused attention problem, allocated once (all O(T)).
+
+    ``buf.inp``, ``buf.lse``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('lse')`` copies one
+    back to numpy. Use as a context manager, or call ``free()``.
+    """
+
+    def __init__(self, B, T, C, NH, backward=True):
+        self.B, self.T, self.C, self.NH = check_fused_shape(B, T, C, NH)
+        self.HS = C // NH
+        self.backward = bool(backward)
+        context()
+        need = fused_bytes_needed(B, T, C, NH, backward)
+        free, total = free_memory()
+        if need > free:
+            raise GPUMemoryError(
+                f"fused attention at B={B} T={T} C={C} NH={NH} needs {need / 2**30:.2f} GiB "
+                f"({need} bytes) of GPU memory for its buffers (all O(T), no T*T buffer), but "
+                f"only {free / 2**30:.2f} GiB ({free} bytes) of {total / 2**30:.2f} GiB is free")
+        import pycuda.gpuarray as gpuarray
+        self.arrays = {}
+        try:
+            for name, shape in fused_buffer_shapes(B, T, C, NH, backward).items():
+                self.arrays[name] = gpuarray.empty(shape, np.float32)
+        except Exception:
+            self.free()
+            raise
+
+    def __getattr__(self, name):
+        arrays = self.__dict__.get("arrays")
+        if arrays is not None and name in arrays:
+            return arrays[name]
+        raise AttributeError(name)
+
+    def get(self, name):
+        """A numpy copy of one buffer."""
+        return self.arrays[name].get()
+
+    def set(self, name, host):
+        """Copy a numpy array of the right shape and dtype into one buffer."""
+        check_array(name, host, self.arrays[name].shape)
+        self.arrays[name].set(host)
+
+    def free(self):
+        for a in self.arrays.values():
+            a.gpudata.free()
+        self.arrays = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+# The argument types of every kernel launched here (struct format: P pointer, i int, f float).
+# A prepared pycuda Function packs its arguments in one call, which keeps the Python time
+# between the launches of one pass small next to the GPU time being measured.
+ARG_FORMATS = {
+    "flash_forward": "PPPPPif",                 # o, lse, q, k, v, T, scale
+    "flash_backward_preprocess": "PPPi",        # D, o, do, rows
+    "flash_backward": "PPPPPPPPPif",            # dq, dk, dv, q, k, v, do, lse, D, T, scale
+    "permute_kernel": "PPPPiiii",               # q, k, v, inp, B, T, NH, HS
+    "unpermute_kernel": "PPiiii",               # vaccum, out, B, T, NH, HS
+    "unpermute_backward_kernel": "PPiiii",      # dinp, dout, B, T, NH, HS
+    "permute_backward_kernel": "PPPPiiii",      # dinp, dq, dk, dv, B, T, NH, HS
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _function(name, tf32=False):
+    """A kernel of flash_attention.cu (or permute.cu), prepared, and allowed the dynamic
+    shared memory it needs (over 48 KB is an opt-in)."""
+    import pycuda.driver as cuda
+    from .device import arch
+    if name in ARG_FORMATS and name.startswith(("permute", "unpermute")):
+        fn = kernels.get_function("permute", name)
+        fn.prepare(ARG_FORMATS[name])
+        return fn
+    if tf32 and _cc_major() < 8:
+        raise InputError(f"tf32=True needs TF32 tensor cores (compute capability 8.0 or newer); "
+                         f"this GPU is {arch()}: use tf32=False")
+    fn = kernels.get_function(SOURCE, name, HEAD_SIZE=64, TF32=int(tf32))
+    fn.prepare(ARG_FORMATS[name])
+    if name in ("flash_forward", "flash_backward"):
+        need = shared_memory_bytes(name, tf32)
+        limit = cuda.Device(0).get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        if need > limit:
+            raise NoGPUError(f"{name} needs {need} bytes of shared memory per block, this GPU "
+                             f"({arch()}) allows {limit}")
+        if need > 48 * 1024:
+            if not hasattr(fn, "set_attribute"):
+                raise NoGPUError(f"{name} needs {need} bytes of dynamic shared memory (more than "
+                                 f"48 KB needs cuFuncSetAttribute): this PyCUDA has no "
+                                 f"Function.set_attribute; install pycuda >= 2024.1")
+            fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, need)
+        # prefer shared memory over L1 for these kernels, so that the blocks per SM their
+        # __launch_bounds__ assume all fit (a hint; not in every PyCUDA's enum)
+        carveout = getattr(cuda.function_attribute, "PREFERRED_SHARED_MEMORY_CARVEOUT", None)
+        if carveout is not None and hasattr(fn, "set_attribute"):
+            fn.set_attribute(carveout, 100)
+    return fn
+
+
+def _cc_major():
+    """The major compute capability of GPU 0 (8 for sm_80 and sm_86, 9 for sm_90)."""
+    context()
+    import pycuda.driver as cuda
+    return cuda.Device(0).compute_capability()[0]
+
+
+def _qkv_pointers(qkvr, B, T, C):
+    """Device pointers to q, k, v inside one (3, B, NH, T, HS) buffer."""
+    base, n = int(qkvr.gpudata), B * T * C
+    return base, base + 4 * n, base + 8 * n
+
+
+def _scale(HS):
+    return np.float32(1.0 / np.sqrt(HS))   # the reference's scale, in float32
+
+
+def _permute(name, n, *args):
+    """One of permute.cu's kernels: one thread per element of the n-element tensors."""
+    grid, block = elementwise_launch(n, 256)
+    _function(name).prepared_call(grid, block, *args)
+
+
+def fused_forward(buf, tf32=False):
+    """Forward on ``buf``: reads inp; writes qkvr, o, lse, out."""
+    tf32 = check_tf32(tf32)
+    B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
+    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
+    dims = (B, T, NH, HS)
+    _permute("permute_kernel", B * T * C, q, k, v, int(buf.inp.gpudata), *dims)
+    grid, block, shared = fused_launch(B, T, NH, tf32)["flash_forward"]
+    _function("flash_forward", tf32).prepared_call(
+        grid, block, int(buf.o.gpudata), int(buf.lse.gpudata), q, k, v, T, _scale(HS),
+        shared_size=shared)
+    _permute("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)
+
+
+def fused_backward(buf, tf32=False):
+    """Backward on ``buf`` after ``fused_forward``: reads dout, qkvr, o, lse; writes do, D,
+    dqkvr, dinp."""
+    tf32 = check_tf32(tf32)
+    if not buf.backward:
+        raise InputError("these FusedBuffers were allocated with backward=False")
+    B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
+    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
+    dq, dk, dv = _qkv_pointers(buf.dqkvr, B, T, C)
+    o, do, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "do", "lse", "D"))
+    dims = (B, T, NH, HS)
+    launch = fused_launch(B, T, NH, tf32)
+    _permute("unpermute_backward_kernel", B * T * C, do, int(buf.dout.gpudata), *dims)
+    grid, block, _ = launch["flash_backward_preprocess"]
+    _function("flash_backward_preprocess", tf32).prepared_call(grid, block, D, o, do, B * NH * T)
+    grid, block, shared = launch["flash_backward"]
+    _function("flash_backward", tf32).prepared_call(
+        grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared)
+    _permute("permute_backward_kernel", B * T * C, int(buf.dinp.gpudata), dq, dk, dv, *dims)
+
+
+def _checked_inputs(inp, n_head, tf32):
+    B, T, C, NH = check_qkv(inp, n_head)
+    check_fused_shape(B, T, C, NH)
+    check_tf32(tf32)
+    return B, T, C, NH
+
+
+def gpu_fused_forward(inp, n_head, tf32=False):
+    """numpy in, numpy out: ``out`` (B, T, C) of the fused forward."""
+    B, T, C, NH = _checked_inputs(inp, n_head, tf32)
+    with FusedBuffers(B, T, C, NH, backward=False) as buf:
+        buf.set("inp", inp)
+        fused_forward(buf, tf32)
+        return buf.get("out")
+
+
+def gpu_fused_backward(dout, inp, n_head, tf32=False):
+    """numpy in, numpy out: ``dinp`` (B, T, 3C) of the fused backward (runs the forward first)."""
+    B, T, C, NH = _checked_inputs(inp, n_head, tf32)
+    check_array("dout", dout, (B, T, C))
+    with FusedBuffers(B, T, C, NH) as buf:
+        buf.set("inp", inp)
+        buf.set("dout", dout)
+        fused_forward(buf, tf32)
+        fused_backward(buf, tf32)
+        return buf.get("dinp")
+
+
+# ---------------------------------------------------------------------------------------------
+# `python -m attnlab backward 9 [--tf32]`, and compute-sanitizer's extra steps
+
+def run_cli(args):
+    """``backward 9``: validate out and dinp of the fused kernels, then time the backward.
+
+    Returns (result dict, {name: Report}, exit status) like attnlab.cli.run; --tf32 selects
+    the tensor-core variant; the fused kernels have one block size (128), so --block-sizes
+    is not used.
+    """
+    B, T, C, NH = check_fused_shape(args.B, args.T, args.C, args.NH)
+    repeats = check_int("--repeats", args.repeats)
+    tf32 = check_tf32(bool(args.tf32))
+    from . import bench
+    from .device import device_info
+    from .problem import make_problem
+    from .validate import compare
+    device = device_info()
+    precision = "tf32" if tf32 else "fp32"
+    print(f"{device['name']}: B={B} T={T} C={C} NH={NH}, fused {precision}", file=sys.stderr,
+          flush=True)
+    problem = make_problem(B, T, C, NH, args.seed, progress=True)
+    tolerances = FUSED_TOLERANCES[precision]
+    checks = {}
+    timings = {}
+    with FusedBuffers(B, T, C, NH) as buf:
+        buf.set("inp", problem.inp)
+        buf.set("dout", problem.dout)
+        fused_forward(buf, tf32)
+        fused_backward(buf, tf32)
+        for name in ("out", "dinp"):
+            checks[name] = compare(buf.get(name), getattr(problem, name), name, tolerances[name])
+            print(checks[name].detail(), file=sys.stderr, flush=True)
+        ok = all(r.ok for r in checks.values())
+        if ok:
+            timings[THREADS] = bench.benchmark(lambda: fused_backward(buf, tf32), repeats=repeats,
+                                               warmup=check_int("--warmup", args.warmup, minimum=0))
+    result = {
+        "command": "backward", "kernel": FUSED_KERNEL,
+        "device": {k: device[k] for k in ("name", "arch", "sms", "driver_version", "cuda_version")},
+        "shape": dict(B=B, T=T, C=C, NH=NH), "seed": args.seed,
+        "gemm_math": precision, "fused": True, "repeats": repeats,
+        "validation": {n: {"ok": r.ok, "mismatches": r.mismatches, "checked": r.checked,
+                           "max_abs_err": r.max_abs_err, "tol": r.tol} for n, r in checks.items()},
+        "valid": ok,
+        "timings_ms": {str(bs): {"median": t.median_ms, "min": t.min_ms, "max": t.max_ms}
+                       for bs, t in timings.items()},
+        "memory_bytes": fused_bytes_needed(B, T, C, NH),
+    }
+    if timings:
+        result["best"] = {"block_size": THREADS, "median_ms": timings[THREADS].median_ms}
+    return result, checks, 0 if ok else 1
+
+
+def sanitize_steps(B, T, C, NH):
+    """Run the fused forward and backward once at this shape (fp32, and TF32 on sm_80+), for
+    attnlab.sanitize; returns the kernel sources run ([] when HS is not 64)."""
+    try:
+        check_fused_shape(B, T, C, NH)
+    except InputError:
+        return []
+    from .problem import make_inputs
+    inp, dout = make_inputs(B, T, C, NH, seed=0)
+    variants = [False] + ([True] if _cc_major() >= 8 else [])
+    with FusedBuffers(B, T, C, NH) as buf:
+        buf.set("inp", inp)
+        buf.set("dout", dout)
+        for tf32 in variants:
+            fused_forward(buf, tf32)
+            fused_backward(buf, tf32)
+            for name in ("out", "dinp"):
+                if not np.isfinite(buf.get(name)).all():
+                    raise AssertionError(f"fused {'tf32' if tf32 else 'fp32'} wrote NaN/Inf "
+                                         f"into {name} at B={B} T={T} C={C} NH={NH}")
+    return [SOURCE, "permute"]

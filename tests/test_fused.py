@@ -1,0 +1,258 @@
+"""The fused (FlashAttention-2 style) attention of kernels/flash_attention.cu.
+
+On any machine: bad arguments are refused before the GPU is touched, the launch geometry and
+memory are what the kernels expect, and every -D variant compiles for sm_90 without register
+spills. On a GPU: out and dinp of both precisions against the CPU reference over whole
+tensors, at the small shape (T=260, a partial last tile) and the default shape, and two runs
+give bit-identical results.
+"""
+import argparse
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from attnlab import GPUMemoryError, InputError, KernelCompileError, fused, kernels
+from attnlab.problem import make_inputs, make_problem
+from attnlab.reference import causal_mask, split_heads
+from attnlab.validate import compare
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+SMALL = dict(B=2, T=260, C=192, NH=3)       # HS 64, T % 64 = 4: the last tile is partial
+DEFAULT = dict(B=4, T=1024, C=768, NH=12)
+VARIANTS = [{"HEAD_SIZE": 64, "TF32": 0}, {"HEAD_SIZE": 64, "TF32": 1}]
+PRECISIONS = [False, True]
+
+
+def precision(tf32):
+    return "tf32" if tf32 else "fp32"
+
+
+# ---------------------------------------------------------------------------------------------
+# No GPU needed
+
+@pytest.fixture
+def gpu_forbidden(monkeypatch):
+    """Any use of the GPU during the test fails it."""
+    def touched(*args, **kwargs):
+        raise AssertionError("the GPU was touched before the arguments were checked")
+    for where in ("attnlab.fused.context", "attnlab.fused.free_memory",
+                  "attnlab.device.context", "attnlab.device.require_gpu",
+                  "attnlab.kernels.compile_source"):
+        monkeypatch.setattr(where, touched)
+
+
+@pytest.mark.parametrize("C, NH", [(96, 3), (768, 6), (192, 2), (64, 2)])
+def test_head_size_other_than_64_is_refused_before_the_gpu(gpu_forbidden, C, NH):
+    inp, dout = make_inputs(1, 8, C, NH)
+    hs = C // NH
+    for call in (lambda: fused.gpu_fused_forward(inp, NH),
+                 lambda: fused.gpu_fused_backward(dout, inp, NH, tf32=True),
+                 lambda: fused.FusedBuffers(1, 8, C, NH)):
+        with pytest.raises(InputError, match=rf"\[64\] only, got HS = {C} / {NH} = {hs}"):
+            call()
+
+
+def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
+    inp, dout = make_inputs(2, 8, 128, 2)
+    cases = [
+        (lambda: fused.gpu_fused_forward(np.ascontiguousarray(inp[:, :6]), 2), "multiple of 4"),
+        (lambda: fused.gpu_fused_forward(inp, 2, tf32="yes"), "tf32 must be True"),
+        (lambda: fused.gpu_fused_forward(inp, 2, tf32=1), "tf32 must be True"),
+        (lambda: fused.gpu_fused_forward(inp.astype(np.float64), 2), "dtype"),
+        (lambda: fused.gpu_fused_forward(inp, 3), "divisible"),
+        (lambda: fused.gpu_fused_backward(dout[:, :4], inp, 2), "dout must have shape"),
+        (lambda: fused.gpu_fused_backward(dout, np.ascontiguousarray(inp[:, :, :-3]), 2),
+         "divisible"),
+        (lambda: fused.gpu_fused_forward(inp[:, ::2], 2), "C-contiguous"),
+        (lambda: fused.FusedBuffers(2, 6, 128, 2), "multiple of 4"),
+        (lambda: fused.FusedBuffers(1, 32768 * 64 + 4, 128, 2), "fused backward"),
+    ]
+    for call, message in cases:
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+def test_cli_helper_checks_before_the_gpu(gpu_forbidden):
+    args = argparse.Namespace(B=1, T=64, C=96, NH=3, seed=0, repeats=3, tf32=False)
+    with pytest.raises(InputError, match="HS"):
+        fused.run_cli(args)
+    args = argparse.Namespace(B=1, T=64, C=128, NH=2, seed=0, repeats=0, tf32=True)
+    with pytest.raises(InputError, match="repeats"):
+        fused.run_cli(args)
+
+
+@pytest.mark.parametrize("T, tiles", [(4, 1), (60, 1), (64, 1), (68, 2), (260, 5), (516, 9),
+                                      (1024, 16), (16384, 256)])
+def test_tile_counts_and_grids(T, tiles):
+    assert fused.n_tiles(T) == tiles
+    for tf32 in PRECISIONS:
+        launch = fused.fused_launch(4, T, 12, tf32)
+        grid, block, _ = launch["flash_forward"]
+        assert grid == (48, tiles, 1) and block == (128, 1, 1)
+        grid, block, _ = launch["flash_backward"]
+        assert grid == (48, 2 * tiles, 1) and block == (128, 1, 1)
+        grid, block, shared = launch["flash_backward_preprocess"]
+        assert grid[0] * 16 >= 48 * T > (grid[0] - 1) * 16 and block == (256, 1, 1) and shared == 0
+
+
+def test_shared_memory_fits_the_blocks_per_sm_the_kernels_assume():
+    """H100/H200: 228 KB of shared memory per SM (1 KB of it reserved per block), at most
+    227 KB per block; the __launch_bounds__ minimum blocks per SM should fit."""
+    assumed = {("flash_forward", True): 4, ("flash_backward", True): 3,
+               ("flash_forward", False): 3, ("flash_backward", False): 2}
+    for (name, tf32), blocks in assumed.items():
+        n = fused.shared_memory_bytes(name, tf32)
+        assert n % 16 == 0 and 48 * 1024 < n <= 227 * 1024
+        assert blocks * (n + 1024) <= 228 * 1024, (name, tf32, n)
+    text = kernels.kernel_source("flash_attention")
+    assert re.search(r"#if TF32\s+#define FWD_MIN_BLOCKS 4\s+#define BWD_MIN_BLOCKS 3\s+#else\s+"
+                     r"#define FWD_MIN_BLOCKS 3\s+#define BWD_MIN_BLOCKS 2", text)
+    assert "#define TS (HS + 8)" in text and fused.TILE_FLOATS == 64 * (64 + 8)
+    with pytest.raises(InputError):
+        fused.shared_memory_bytes("flash_backward_preprocess", False)
+
+
+def test_memory_grows_like_T_not_T_squared():
+    from attnlab.attention import bytes_needed
+    for T in (1024, 4096):
+        assert fused.fused_bytes_needed(4, 2 * T, 768, 12) == 2 * fused.fused_bytes_needed(4, T, 768, 12)
+    assert fused.fused_bytes_needed(4, 16384, 768, 12) < 3.1 * 2**30
+    assert bytes_needed(4, 16384, 768, 12) > 190 * 2**30
+    shapes = fused.fused_buffer_shapes(4, 16384, 768, 12)
+    assert all(16384 * 16384 > np.prod(s) // 4 for s in shapes.values())
+    assert set(fused.fused_buffer_shapes(1, 8, 128, 2, backward=False)) == set(fused.FORWARD_ONLY)
+
+
+def test_memory_is_checked_before_allocating(monkeypatch):
+    monkeypatch.setattr("attnlab.fused.context", lambda: None)
+    monkeypatch.setattr("attnlab.fused.free_memory", lambda: (1000, 2000))
+    need = fused.fused_bytes_needed(1, 64, 128, 2)
+    with pytest.raises(GPUMemoryError, match=rf"{need} bytes.*1000 bytes"):
+        fused.FusedBuffers(1, 64, 128, 2)
+
+
+def test_stated_tolerances():
+    for p in ("fp32", "tf32"):
+        assert set(fused.FUSED_TOLERANCES[p]) == {"out", "dinp"}
+    assert fused.FUSED_TOLERANCES["fp32"] == {"out": 1e-3, "dinp": 1e-3}   # the seed's
+    assert all(fused.FUSED_TOLERANCES["tf32"][n] >= fused.FUSED_TOLERANCES["fp32"][n]
+               for n in ("out", "dinp"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("defines", VARIANTS, ids=["fp32", "tf32"])
+def test_compiles_for_sm90(defines):
+    kernels.nvcc_check(kernels.kernel_source("flash_attention"), "kernels/flash_attention.cu",
+                       defines.items())
+
+
+@needs_nvcc
+def test_other_head_sizes_do_not_compile():
+    with pytest.raises(KernelCompileError, match="HEAD_SIZE=64 only"):
+        kernels.nvcc_check(kernels.kernel_source("flash_attention"), "kernels/flash_attention.cu",
+                           {"HEAD_SIZE": 128, "TF32": 0}.items())
+
+
+@needs_nvcc
+@pytest.mark.parametrize("defines", VARIANTS, ids=["fp32", "tf32"])
+def test_no_register_spills(defines, tmp_path):
+    """ptxas -v: no spill stores/loads and no stack frame in any kernel of either variant."""
+    src = tmp_path / "flash_attention.cu"
+    src.write_text(kernels.kernel_source("flash_attention"))
+    cmd = [kernels.require_nvcc(), "-cubin", "-arch=sm_90", *kernels.NVCC_OPTIONS,
+           *[f"-D{k}={v}" for k, v in defines.items()], f"-I{kernels.KERNEL_DIR}",
+           "-Xptxas", "-v", "-o", str(tmp_path / "fa.cubin"), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    report = proc.stderr + proc.stdout
+    entries = re.findall(r"Function properties for (\w+)\s+(\d+) bytes stack frame, (\d+) bytes "
+                         r"spill stores, (\d+) bytes spill loads", report)
+    assert {e[0] for e in entries} >= {"flash_forward", "flash_backward",
+                                       "flash_backward_preprocess"}, report
+    for name, stack, stores, loads in entries:
+        assert (stack, stores, loads) == ("0", "0", "0"), f"{name}: {report}"
+
+
+# ---------------------------------------------------------------------------------------------
+# On the GPU
+
+@pytest.fixture(scope="module")
+def small():
+    return make_problem(**SMALL)
+
+
+@pytest.fixture(scope="module")
+def default():
+    return make_problem(**DEFAULT)
+
+
+def run_fused(problem, tf32):
+    """(out, dinp, lse) of the fused forward and backward on the problem's inputs."""
+    with fused.FusedBuffers(problem.B, problem.T, problem.C, problem.NH) as buf:
+        buf.set("inp", problem.inp)
+        buf.set("dout", problem.dout)
+        fused.fused_forward(buf, tf32)
+        fused.fused_backward(buf, tf32)
+        return buf.get("out"), buf.get("dinp"), buf.get("lse")
+
+
+def check_against_reference(problem, tf32):
+    out, dinp, _ = run_fused(problem, tf32)
+    tol = fused.FUSED_TOLERANCES[precision(tf32)]
+    for name, got in (("out", out), ("dinp", dinp)):
+        report = compare(got, getattr(problem, name), name, tol[name])
+        assert report.ok, str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
+def test_small_shape_matches_reference(small, tf32):
+    check_against_reference(small, tf32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
+def test_default_shape_matches_reference(default, tf32):
+    check_against_reference(default, tf32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
+def test_lse_is_the_log_sum_exp(small, tf32):
+    _, _, lse = run_fused(small, tf32)
+    q, k, _ = (x.astype(np.float64) for x in split_heads(small.inp, small.NH))
+    s = np.where(causal_mask(small.T), q @ k.transpose(0, 1, 3, 2) / np.sqrt(64.0), -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    ref = (m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True)))[..., 0]
+    assert np.abs(lse - ref).max() < (1e-3 if tf32 else 2e-5)   # emulated: 1.4e-4 and 6e-7
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
+def test_two_runs_are_bit_identical(small, tf32):
+    with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
+        buf.set("inp", small.inp)
+        buf.set("dout", small.dout)
+        fused.fused_forward(buf, tf32)
+        fused.fused_backward(buf, tf32)
+        first = buf.get("dinp"), buf.get("out")
+        fused.fused_forward(buf, tf32)
+        fused.fused_backward(buf, tf32)
+        fused.fused_backward(buf, tf32)        # idempotent: nothing accumulates
+        second = buf.get("dinp"), buf.get("out")
+    third = run_fused(small, tf32)[1::-1]      # fresh buffers
+    for a, b, c in zip(first, second, third):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
+
+
+@pytest.mark.gpu
+def test_numpy_helpers(small):
+    out = fused.gpu_fused_forward(small.inp, small.NH)
+    dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH)
+    assert compare(out, small.out, "out", 1e-3).ok
+    assert compare(dinp, small.dinp, "dinp", 1e-3).ok
