@@ -47,42 +47,41 @@ def check_fits(need, free, total, what):
             f"{total / 2**30:.2f} GiB are free")
 
 
-class AttentionBuffers:
-    """Every device buffer of one attention problem, allocated once.
+class DeviceBuffers:
+    """Named float32 GPUArrays allocated together: ``buf.att``, ``buf.get('att')``...
 
-    ``buf.inp``, ``buf.att``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('att')``
-    copies one back to numpy. Use as a context manager, or call ``free()``, to give the
-    memory back at once instead of when the object is collected.
+    Use as a context manager, or call ``free()``, to give the memory back at once instead
+    of when the object is collected. Base of AttentionBuffers and fused.FusedBuffers.
     """
+    arrays = {}
 
-    def __init__(self, B, T, C, NH, backward=True):
-        self.B, self.T, self.C, self.NH = check_shape(B, T, C, NH)
-        self.HS = C // NH
-        self.backward = backward
+    def _allocate(self, shapes, what):
+        """Allocate every buffer of ``shapes`` after checking they fit in free GPU memory."""
         context()
-        need = bytes_needed(B, T, C, NH, backward)
-        check_fits(need, *free_memory(), what=f"B={B} T={T} C={C} NH={NH}")
+        need = sum(4 * int(np.prod(s)) for s in shapes.values())
+        check_fits(need, *free_memory(), what=what)
         import pycuda.gpuarray as gpuarray
+        self.names = tuple(shapes)
         self.arrays = {}
-        for name, shape in buffer_shapes(B, T, C, NH, backward).items():
-            self.arrays[name] = gpuarray.empty(shape, np.float32)
-        # the upper triangles of att and dpreatt are read by the GEMMs and never written
-        fill(self.arrays["att"], 0.0)
-        if backward:
-            fill(self.arrays["dpreatt"], 0.0)
+        try:
+            for name, shape in shapes.items():
+                self.arrays[name] = gpuarray.empty(shape, np.float32)
+        except Exception:
+            self.free()
+            raise
 
     def __getattr__(self, name):
         arrays = self.__dict__.get("arrays")
         if arrays is not None and name in arrays:
             return arrays[name]
-        if arrays == {} and name in buffer_shapes(1, 4, 1, 1):
-            raise AttnlabError(f"these AttentionBuffers were freed: {name} is gone; "
+        if arrays == {} and name in self.__dict__.get("names", ()):
+            raise AttnlabError(f"these {type(self).__name__} were freed: {name} is gone; "
                                f"allocate new ones")
         raise AttributeError(name)
 
     def _array(self, name):
         if not self.arrays:
-            raise AttnlabError("these AttentionBuffers were freed; allocate new ones")
+            raise AttnlabError(f"these {type(self).__name__} were freed; allocate new ones")
         if name not in self.arrays:
             raise InputError(f"name must be one of the buffers {sorted(self.arrays)}, got {name!r}")
         return self.arrays[name]
@@ -100,6 +99,35 @@ class AttentionBuffers:
         check_array(name, host, self._array(name).shape, finite=finite)
         self.arrays[name].set(host)
 
+    def free(self):
+        for a in self.arrays.values():
+            a.gpudata.free()
+        self.arrays = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+
+class AttentionBuffers(DeviceBuffers):
+    """Every device buffer of one attention problem (llm.c's), allocated once.
+
+    ``buf.inp``, ``buf.att``, ``buf.dinp``... are pycuda GPUArrays (see FORWARD_BUFFERS and
+    BACKWARD_BUFFERS for their shapes); ``buf.get('att')`` copies one back to numpy.
+    """
+
+    def __init__(self, B, T, C, NH, backward=True):
+        self.B, self.T, self.C, self.NH = check_shape(B, T, C, NH)
+        self.HS = C // NH
+        self.backward = backward
+        self._allocate(buffer_shapes(B, T, C, NH, backward), f"B={B} T={T} C={C} NH={NH}")
+        # the upper triangles of att and dpreatt are read by the GEMMs and never written
+        fill(self.arrays["att"], 0.0)
+        if backward:
+            fill(self.arrays["dpreatt"], 0.0)
+
     def poison_gradients(self):
         """Fill every element the backward must write with NaN.
 
@@ -112,17 +140,6 @@ class AttentionBuffers:
         lower = np.tril(np.ones((self.T, self.T), bool))
         row = np.where(lower, np.nan, 0).astype(np.float32)
         self.set("dpreatt", np.broadcast_to(row, self.arrays["dpreatt"].shape).copy(), finite=False)
-
-    def free(self):
-        for a in self.arrays.values():
-            a.gpudata.free()
-        self.arrays = {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
 
 
 def fill(array, value):

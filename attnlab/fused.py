@@ -24,8 +24,9 @@ import numpy as np
 
 from . import kernels
 from .checks import check_array, check_int, check_qkv, check_shape
-from .device import context, free_memory
-from .errors import GPUMemoryError, InputError, NoGPUError
+from .device import context
+from .errors import InputError, NoGPUError
+from .attention import DeviceBuffers
 from .launch import ceil_div, elementwise_launch
 
 SOURCE = "flash_attention"           # kernels/flash_attention.cu
@@ -146,7 +147,7 @@ def fused_bytes_needed(B, T, C, NH, backward=True):
 # ---------------------------------------------------------------------------------------------
 # Buffers
 
-class FusedBuffers:
+class FusedBuffers(DeviceBuffers):
     """Every device buffer of one fused attention problem, allocated once (all O(T)).
 
     ``buf.inp``, ``buf.lse``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('lse')`` copies one
@@ -157,48 +158,8 @@ class FusedBuffers:
         self.B, self.T, self.C, self.NH = check_fused_shape(B, T, C, NH)
         self.HS = C // NH
         self.backward = bool(backward)
-        context()
-        need = fused_bytes_needed(B, T, C, NH, backward)
-        free, total = free_memory()
-        if need > free:
-            raise GPUMemoryError(
-                f"fused attention at B={B} T={T} C={C} NH={NH} needs {need / 2**30:.2f} GiB "
-                f"({need} bytes) of GPU memory for its buffers (all O(T), no T*T buffer), but "
-                f"only {free / 2**30:.2f} GiB ({free} bytes) of {total / 2**30:.2f} GiB is free")
-        import pycuda.gpuarray as gpuarray
-        self.arrays = {}
-        try:
-            for name, shape in fused_buffer_shapes(B, T, C, NH, backward).items():
-                self.arrays[name] = gpuarray.empty(shape, np.float32)
-        except Exception:
-            self.free()
-            raise
-
-    def __getattr__(self, name):
-        arrays = self.__dict__.get("arrays")
-        if arrays is not None and name in arrays:
-            return arrays[name]
-        raise AttributeError(name)
-
-    def get(self, name):
-        """A numpy copy of one buffer."""
-        return self.arrays[name].get()
-
-    def set(self, name, host):
-        """Copy a numpy array of the right shape and dtype into one buffer."""
-        check_array(name, host, self.arrays[name].shape)
-        self.arrays[name].set(host)
-
-    def free(self):
-        for a in self.arrays.values():
-            a.gpudata.free()
-        self.arrays = {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
+        self._allocate(fused_buffer_shapes(B, T, C, NH, backward),
+                       f"fused attention at B={B} T={T} C={C} NH={NH} (all O(T), no T*T buffer)")
 
 
 # ---------------------------------------------------------------------------------------------

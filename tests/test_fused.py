@@ -39,8 +39,8 @@ def gpu_forbidden(monkeypatch):
     """Any use of the GPU during the test fails it."""
     def touched(*args, **kwargs):
         raise AssertionError("the GPU was touched before the arguments were checked")
-    for where in ("attnlab.fused.context", "attnlab.fused.free_memory",
-                  "attnlab.device.context", "attnlab.device.require_gpu",
+    for where in ("attnlab.fused.context", "attnlab.attention.free_memory",
+                  "attnlab.attention.context", "attnlab.device.context", "attnlab.device.require_gpu",
                   "attnlab.kernels.compile_source"):
         monkeypatch.setattr(where, touched)
 
@@ -128,10 +128,10 @@ def test_memory_grows_like_T_not_T_squared():
 
 
 def test_memory_is_checked_before_allocating(monkeypatch):
-    monkeypatch.setattr("attnlab.fused.context", lambda: None)
-    monkeypatch.setattr("attnlab.fused.free_memory", lambda: (1000, 2000))
+    monkeypatch.setattr("attnlab.attention.context", lambda: None)
+    monkeypatch.setattr("attnlab.attention.free_memory", lambda: (1000, 2000))
     need = fused.fused_bytes_needed(1, 64, 128, 2)
-    with pytest.raises(GPUMemoryError, match=rf"{need} bytes.*1000 bytes"):
+    with pytest.raises(GPUMemoryError, match=rf"{need:,} bytes.*1,000 bytes"):
         fused.FusedBuffers(1, 64, 128, 2)
 
 
