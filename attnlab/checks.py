@@ -31,6 +31,9 @@ def check_shape(B, T, C, NH, gpu=True):
     if gpu and T % 4:
         raise InputError(f"T must be a multiple of 4 (the softmax kernels read rows as float4 "
                          f"and kernel 8 does 4 rows per block), got T={T}")
+    if gpu and T * T > MAX_INT32:
+        raise InputError(f"T*T must be at most 2**31-1 = {MAX_INT32} (the kernels index inside "
+                         f"one T x T matrix with 32-bit ints), got T={T}: T*T = {T * T}")
     if gpu and B * NH > MAX_GRID_Y:
         raise InputError(f"B*NH must be at most {MAX_GRID_Y} (the softmax-backward kernels "
                          f"launch one row of blocks per (b, h), and a grid has at most "

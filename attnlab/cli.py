@@ -140,8 +140,10 @@ def run(args):
 def print_table(result, checks):
     what = f"backward kernel {result['kernel']}" if result["kernel"] else "forward"
     s = result["shape"]
+    math = (f"fused, {result['gemm_math']}" if result.get("fused")
+            else f"{result['gemm_math']} GEMMs")
     print(f"{what} on {result['device']['name']}, B={s['B']} T={s['T']} C={s['C']} NH={s['NH']}, "
-          f"{result['gemm_math']} GEMMs")
+          f"{math}")
     for r in checks.values():
         print(r.detail())
     if not result["valid"]:

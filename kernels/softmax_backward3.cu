@@ -26,12 +26,17 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel3(float* dpreat
     if (t3 >= T) {
         return;  // the whole warp leaves together
     }
-    size_t bh = (size_t)blockIdx.y * T * T;
+    size_t bh = (size_t)blockIdx.y * T * T;  // this (b, h)'s T x T matrices start here
+    att += bh;
+    datt += bh;
+    dpreatt += bh;
     int hs = C / NH;  // head size
     float scale = 1.0f / sqrtf(hs);
     for (int t = t3; t < T; t++) {
-        const float* att_bth = att + bh + (size_t)t * T;
-        const float* datt_bth = datt + bh + (size_t)t * T;
+        // 32-bit offsets inside one T x T matrix (T*T < 2^31 is checked on the Python side):
+        // this loop runs T - t3 times per warp, so its few integer instructions count
+        const float* att_bth = att + t * T;
+        const float* datt_bth = datt + t * T;
         const float att_at_t3 = att_bth[t3];
         float result = 0.0f;
         for (int t2 = warp.thread_rank(); t2 <= t; t2 += warp.size()) {
@@ -41,7 +46,7 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel3(float* dpreat
         }
         result = cg::reduce(warp, result, cg::plus<float>());
         if (warp.thread_rank() == 0) {
-            dpreatt[bh + (size_t)t * T + t3] = scale * result;
+            dpreatt[t * T + t3] = scale * result;
         }
     }
 }

@@ -34,13 +34,18 @@ extern "C" __global__ void softmax_autoregressive_backward_kernel5(float* __rest
     if (t3 >= T) {
         return;  // the whole warp leaves together
     }
-    size_t bh = (size_t)blockIdx.y * T * T;
+    size_t bh = (size_t)blockIdx.y * T * T;  // this (b, h)'s T x T matrices start here
+    att += bh;
+    datt += bh;
+    dpreatt += bh;
     int hs = C / NH;  // head size
     float scale = 1.0f / sqrtf(hs);
     for (int t = t3; t < T; t++) {
-        const float* att_bth = att + bh + (size_t)t * T;
-        const float* datt_bth = datt + bh + (size_t)t * T;
-        float* dpreatt_bth = dpreatt + bh + (size_t)t * T;
+        // 32-bit offsets inside one T x T matrix (T*T < 2^31 is checked on the Python side):
+        // this loop runs T - t3 times per warp, so its few integer instructions count
+        const float* att_bth = att + t * T;
+        const float* datt_bth = datt + t * T;
+        float* dpreatt_bth = dpreatt + t * T;
         float att_at_t3[UNROLL];
 #pragma unroll
         for (int k = 0; k < UNROLL; ++k) {
