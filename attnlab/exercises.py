@@ -1000,8 +1000,9 @@ _CUDA_WORDS = [
 def cuda_error_words(text):
     """A CUDA error message from PyCUDA in plain words (the CUDA name kept in brackets)."""
     low = text.lower()
-    for needle, _, words in _CUDA_WORDS:
-        if needle in low:
+    for needle, name, words in _CUDA_WORDS:
+        # PyCUDA's message holds the driver's description or the error's name, by version
+        if needle in low or name.lower() in low or name.lower().replace("_", " ") in low:
             return words
     return f"CUDA reported an error: {text}"
 

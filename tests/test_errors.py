@@ -271,8 +271,14 @@ def test_attention_buffers_check_the_shape_before_cuda(forbid_gpu, shape, messag
 
 def test_the_largest_shapes_that_pass_the_limits():
     assert check_shape(5461, 4, 12, 12) == (5461, 4, 12, 12)           # B*NH = 65532
-    B, T, C = 1, 2 ** 20, 682                                          # B*T*3C = 2145386496
+    B, T, C = 1, 46340, 15444                   # T*T = 2147395600, B*T*3C = 2147024880
     assert check_shape(B, T, C, 2) == (B, T, C, 2)
+
+
+def test_t_squared_must_fit_32_bit_offsets():
+    with pytest.raises(InputError, match=r"T\*T must be at most 2\*\*31-1 = 2147483647 .*got "
+                                         r"T=46344: T\*T = 2147766336"):
+        check_shape(1, 46344, 12, 2)
 
 
 @pytest.mark.gpu
@@ -283,8 +289,8 @@ def test_attention_buffers_too_large_for_free_memory_says_so_before_allocating()
     with pytest.raises(GPUMemoryError) as e:
         attention.AttentionBuffers(16, 16384, 768, 12)
     msg = str(e.value)
-    assert f"B=16 T=16384 C=768 NH=12 needs {need / 2**30:.2f} GiB of GPU memory" in msg
-    assert re.search(r"but only [\d.]+ GiB of [\d.]+ GiB is free", msg)
+    assert f"B=16 T=16384 C=768 NH=12 needs {need:,} bytes ({need / 2**30:.2f} GiB) of GPU memory" in msg
+    assert re.search(r"but only [\d,]+ bytes \([\d.]+ GiB\) of [\d.]+ GiB are free", msg)
     assert free_memory()[0] == free_before, "nothing may be allocated before the check"
 
 
