@@ -22,16 +22,17 @@ def check_int(name, value, minimum=1):
     return int(value)
 
 
-def check_shape(B, T, C, NH, gpu=True):
+def check_shape(B, T, C, NH, gpu=True, square=True):
     """B, T, C, NH: C divisible by NH; for the GPU kernels also T a multiple of 4, B*NH at
-    most 65535 (rows of blocks) and B*T*3C below 2**31 (32-bit indices)."""
+    most 65535 (rows of blocks) and B*T*3C below 2**31 (32-bit indices); with ``square``
+    (the materialized T x T path of kernels 1-8) also T*T below 2**31."""
     B, T, C, NH = (check_int(n, v) for n, v in (("B", B), ("T", T), ("C", C), ("NH", NH)))
     if C % NH:
         raise InputError(f"C must be divisible by NH (C={C}, NH={NH}, C % NH = {C % NH})")
     if gpu and T % 4:
         raise InputError(f"T must be a multiple of 4 (the softmax kernels read rows as float4 "
                          f"and kernel 8 does 4 rows per block), got T={T}")
-    if gpu and T * T > MAX_INT32:
+    if gpu and square and T * T > MAX_INT32:
         raise InputError(f"T*T must be at most 2**31-1 = {MAX_INT32} (the kernels index inside "
                          f"one T x T matrix with 32-bit ints), got T={T}: T*T = {T * T}")
     if gpu and B * NH > MAX_GRID_Y:

@@ -90,7 +90,7 @@ def check_head_size(C, NH):
 
 def check_fused_shape(B, T, C, NH):
     """check_shape's rules for the GPU, plus HS = 64 and the fused launch's grid limit."""
-    B, T, C, NH = check_shape(B, T, C, NH)
+    B, T, C, NH = check_shape(B, T, C, NH, square=False)     # no T x T buffer here
     check_head_size(C, NH)
     if 2 * n_tiles(T) > MAX_GRID_Y:
         raise InputError(f"T must be at most {MAX_GRID_Y // 2 * TILE} for the fused backward "
