@@ -665,9 +665,10 @@ def test_cli_without_nvcc_exits_1_naming_it():
 # ------------------------------------------------------------ docs/errors.md has a test per row
 
 def collected_ids():
-    """Every test id in tests/test_errors.py and tests/test_sanitize.py, as pytest collects them."""
+    """Every test id in the test files docs/errors.md cites, as pytest collects them."""
     p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
-                        "no:cacheprovider", "tests/test_errors.py", "tests/test_sanitize.py"],
+                        "no:cacheprovider", "tests/test_errors.py", "tests/test_sanitize.py",
+                        "tests/test_fused.py", "tests/test_exercises.py"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     ids = {}
     for line in p.stdout.splitlines():
