@@ -1725,10 +1725,8 @@ def _child(jobdir):
         res["variants"].append(vres)
         phase(f"compiling your kernel ({var['label']})" if var["label"] else "compiling your kernel")
         try:
-            if job["lineinfo"]:
-                mod = _compile_lineinfo(job["source"], job["filename"], var["defines"], kernels)
-            else:
-                mod = kernels.compile_source(job["source"], job["filename"], var["defines"])
+            mod = kernels.compile_source(job["source"], job["filename"], var["defines"],
+                                         _extra_options(job))
         except KernelCompileError as e:
             if len(job["variants"]) == 1:
                 die("compile", str(e))
@@ -1894,19 +1892,9 @@ def _count_bad(got, exp, tol):
     return n
 
 
-def _compile_lineinfo(source, filename, defines, kernels):
-    """As kernels.compile_source, plus -lineinfo so compute-sanitizer can name the line."""
-    from pycuda.compiler import SourceModule
-    from pycuda.driver import CompileError
-    from .device import arch, context
-    context()
-    try:
-        return SourceModule(f'#line 1 "{filename}"\n{source}',
-                            options=list(kernels.NVCC_OPTIONS) + ["-lineinfo"] +
-                            [f"-D{k}={v}" for k, v in sorted(dict(defines).items())],
-                            no_extern_c=True, arch=arch(), include_dirs=[str(kernels.KERNEL_DIR)])
-    except CompileError as e:
-        raise KernelCompileError(kernels.format_nvcc_error(filename, e.stderr or str(e))) from None
+def _extra_options(job):
+    """-lineinfo when the kernel will run under compute-sanitizer, so it can name the line."""
+    return ["-lineinfo"] if job["lineinfo"] else []
 
 
 def _prewarm(job, kernels):
@@ -1918,12 +1906,11 @@ def _prewarm(job, kernels):
 
         from .device import arch
         a = arch()
-        src = f'#line 1 "{job["filename"]}"\n{job["source"]}'
+        src = kernels.with_line(job["source"], job["filename"])
 
         def one(defines):
             try:
-                pycuda_compile(src, options=list(kernels.NVCC_OPTIONS) +
-                               [f"-D{k}={v}" for k, v in sorted(defines.items())],
+                pycuda_compile(src, options=kernels.nvcc_options(defines, _extra_options(job)),
                                no_extern_c=True, arch=a, include_dirs=[str(kernels.KERNEL_DIR)])
             except Exception:
                 pass

@@ -47,8 +47,14 @@ def require_nvcc():
     return nvcc
 
 
-def _options(defines):
-    return list(NVCC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(_defines(defines).items())]
+def nvcc_options(defines=(), options=()):
+    """nvcc's options for a source: ours, the -D defines (sorted), then any extra options.
+
+    Every compile goes through this, so PyCUDA's disk cache sees the same options for
+    the same source (e.g. the exercises compile variants ahead, in threads).
+    """
+    return (list(NVCC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(_defines(defines).items())]
+            + list(options))
 
 
 def _defines(defines):
@@ -64,7 +70,7 @@ def _defines(defines):
     return d
 
 
-def _with_line(source, filename):
+def with_line(source, filename):
     return f'#line 1 "{filename}"\n{source}'
 
 
@@ -89,9 +95,10 @@ def kernel_names(source):
     return _KERNEL_DECL.findall(source)
 
 
-def compile_source(source, filename="kernel.cu", defines=()):
+def compile_source(source, filename="kernel.cu", defines=(), options=()):
     """Compile CUDA source with SourceModule for this GPU; return the module.
 
+    ``options`` are extra nvcc options (e.g. ``["-lineinfo"]`` for compute-sanitizer).
     Compile errors raise KernelCompileError with nvcc's message, lines numbered as
     in ``source`` and the file called ``filename``.
     """
@@ -102,7 +109,7 @@ def compile_source(source, filename="kernel.cu", defines=()):
     from pycuda.compiler import SourceModule
     from pycuda.driver import CompileError
     try:
-        return SourceModule(_with_line(source, filename), options=_options(defines),
+        return SourceModule(with_line(source, filename), options=nvcc_options(defines, options),
                             no_extern_c=True, arch=arch(), include_dirs=[str(KERNEL_DIR)])
     except CompileError as e:
         raise KernelCompileError(format_nvcc_error(filename, e.stderr or str(e))) from None
@@ -156,8 +163,8 @@ def nvcc_check(source, filename="kernel.cu", defines=(), arch="sm_90"):
     nvcc = require_nvcc()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "kernel.cu"
-        src.write_text(_with_line(source, filename))
-        cmd = [nvcc, "-cubin", f"-arch={arch}", *_options(defines), f"-I{KERNEL_DIR}",
+        src.write_text(with_line(source, filename))
+        cmd = [nvcc, "-cubin", f"-arch={arch}", *nvcc_options(defines), f"-I{KERNEL_DIR}",
                "-o", str(Path(tmp) / "kernel.cubin"), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
