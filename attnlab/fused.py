@@ -26,7 +26,7 @@ from . import kernels
 from .checks import check_array, check_int, check_qkv, check_shape
 from .device import context
 from .errors import InputError, NoGPUError
-from .attention import DeviceBuffers
+from .attention import DeviceBuffers, _qkv_pointers
 from .launch import ceil_div, elementwise_launch
 
 SOURCE = "flash_attention"           # kernels/flash_attention.cu
@@ -219,12 +219,6 @@ def _cc_major():
     context()
     import pycuda.driver as cuda
     return cuda.Device(0).compute_capability()[0]
-
-
-def _qkv_pointers(qkvr, B, T, C):
-    """Device pointers to q, k, v inside one (3, B, NH, T, HS) buffer."""
-    base, n = int(qkvr.gpudata), B * T * C
-    return base, base + 4 * n, base + 8 * n
 
 
 def _scale(HS):
