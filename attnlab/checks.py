@@ -98,3 +98,24 @@ def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True):
         raise InputError(f"C must be divisible by NH: C = inp.shape[2] / 3 = {C}, "
                          f"NH = n_head = {n_head}, C % NH = {C % n_head}")
     return check_shape(B, T, C, n_head, gpu)
+
+
+def parse_list(text, option, allowed=None, convert=str):
+    """'a,b' -> ['a', 'b'] (order kept, duplicates dropped), each in ``allowed``."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise InputError(f"{option} must name at least one value, got {text!r}")
+    out = []
+    for item in items:
+        try:
+            value = convert(item)
+        except InputError:
+            raise
+        except ValueError:
+            raise InputError(f"{option} must be comma-separated integers, got {text!r}") from None
+        if allowed is not None and value not in allowed:
+            raise InputError(f"{option} must be a comma-separated subset of "
+                             f"{','.join(map(str, allowed))}, got {item!r} in {text!r}")
+        if value not in out:
+            out.append(value)
+    return out

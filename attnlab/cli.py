@@ -16,7 +16,8 @@ import argparse
 import json
 import sys
 
-from .checks import BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel, check_shape
+from .checks import (BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel,
+                     check_shape, parse_list)
 from .errors import AttnlabError, GPUMemoryError, InputError, NoGPUError
 from .fused import FUSED_KERNEL
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
@@ -27,13 +28,8 @@ def _progress(msg):
 
 
 def _block_sizes(text):
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"--block-sizes must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise InputError(f"--block-sizes must name at least one block size, got {text!r}")
-    return [check_block_size(v, "--block-sizes") for v in values]
+    return parse_list(text, "--block-sizes", None,
+                      lambda v: check_block_size(int(v), "--block-sizes"))
 
 
 def parser():

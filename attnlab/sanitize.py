@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .checks import KERNELS, check_block_size, check_int, check_kernel, check_shape
+from .checks import KERNELS, check_block_size, check_int, check_kernel, check_shape, parse_list
 from .errors import AttnlabError, InputError, NoGPUError
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -117,27 +117,6 @@ def find_sanitizer(path=None, dirs=None):
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     raise SanitizerNotFoundError(NOT_FOUND)
-
-
-def parse_list(text, option, allowed=None, convert=str):
-    """'a,b' -> ['a', 'b'] (order kept, duplicates dropped), each in ``allowed``."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
-        raise InputError(f"{option} must name at least one value, got {text!r}")
-    out = []
-    for item in items:
-        try:
-            value = convert(item)
-        except InputError:
-            raise
-        except ValueError:
-            raise InputError(f"{option} must be comma-separated integers, got {text!r}") from None
-        if allowed is not None and value not in allowed:
-            raise InputError(f"{option} must be a comma-separated subset of "
-                             f"{','.join(map(str, allowed))}, got {item!r} in {text!r}")
-        if value not in out:
-            out.append(value)
-    return out
 
 
 def parse_shape(text):

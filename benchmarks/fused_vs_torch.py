@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a c
 import numpy as np
 
 from attnlab import attention, bench, fused, gemm
-from attnlab.checks import check_int
+from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info, free_memory
 from attnlab.errors import AttnlabError, GPUMemoryError, InputError
 
@@ -50,13 +50,7 @@ def log(msg):
 
 
 def int_list(text, name):
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise InputError(f"{name} must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise InputError(f"{name} must name at least one value")
-    return [check_int(name, v) for v in values]
+    return parse_list(text, name, None, lambda v: check_int(name, int(v)))
 
 
 def timing_dict(t):
