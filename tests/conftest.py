@@ -4,7 +4,19 @@ import pytest
 from attnlab.device import gpu_status
 
 
+def pytest_addoption(parser):
+    parser.addoption("--series", action="store_true",
+                     help="also run the 13 notebooks in one kernel and check GPU memory "
+                          "(tests/test_series_memory.py, about 4 minutes on an H200)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--series"):
+        skip_series = pytest.mark.skip(reason="runs the whole notebook series in one kernel "
+                                              "(about 4 minutes on an H200): pass --series")
+        for item in items:
+            if "series" in item.keywords:
+                item.add_marker(skip_series)
     ok, why = gpu_status()
     if ok:
         return
