@@ -676,8 +676,8 @@ def test_illegal_address_is_reported_and_the_next_check_passes():
         ex.check_kernel7(planted("e3_illegal_address.cu"), timing=False, sanitize=False)
     msg = str(e.value)
     assert e.value.result.kind == "crash"
-    assert "your kernel read or wrote outside the buffers (CUDA_ERROR_ILLEGAL_ADDRESS)" in msg
-    assert "your notebook's own GPU context is unharmed" in msg
+    assert "your kernel read or wrote outside the buffers (CUDA_ERROR_ILLEGAL_ADDRESS)" in msg, msg
+    assert "your notebook's own GPU context is unharmed" in msg, msg
     parent_context_still_works(a)
     assert ex.check_kernel7(ex.solution_source("e3_kernel7_from_jacobian"), timing=False,
                             quiet=True).ok

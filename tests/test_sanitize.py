@@ -193,6 +193,35 @@ def test_racecheck_summary():
     assert r.status == "ERRORS"
 
 
+# What racecheck of compute-sanitizer 2025.3.1 printed on the H200: a RACECHECK SUMMARY and
+# no ERROR SUMMARY line.
+RACECHECK_2025_CLEAN = """\
+========= COMPUTE-SANITIZER
+@@attnlab-sanitize {"step": "backward", "shape": [1, 516, 192, 3], "kernel": 8, "block_size": 256, "seconds": 3.3}
+@@attnlab-sanitize {"step": "done"}
+========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)
+"""
+RACECHECK_2025_PLANTED = """\
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at read_without_barrier+0xb0
+=========     and Read access at read_without_barrier+0xc0 [256 hazards]
+========= 
+@@attnlab-sanitize {"step": "planted", "tool": "racecheck", "kernel": "read_without_barrier"}
+@@attnlab-sanitize {"step": "done"}
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+
+def test_racecheck_without_an_error_summary_line():
+    clean = result(RACECHECK_2025_CLEAN, "racecheck")
+    assert (clean.report.errors, clean.report.race_errors) == (0, 0)
+    assert clean.status == "clean"
+    planted = result(RACECHECK_2025_PLANTED, "racecheck", rc=99)
+    assert planted.report.errors == 1 and planted.status == "ERRORS"
+    assert sanitize.classify(planted, expect_errors=True)
+    assert planted.report.kernels == ["read_without_barrier"]
+
+
 def test_race_warnings_alone_are_not_clean():
     text = CLEAN.replace("========= LEAK SUMMARY: 0 bytes leaked in 0 allocations",
                          "========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)")
@@ -479,3 +508,13 @@ def test_sources_not_run_are_listed():
         "the sanitize_steps of ['attnlab.fused'] did not run it at these shapes")
     r.steps.append({"step": "extra", "module": "attnlab.fused", "sources": ["flash_attention"]})
     assert set(sanitize.uncovered_sources([r], sources)) == {"softmax_backward1"}
+
+
+def test_racecheck_leaves_cublas_uninstrumented_only_at_large_shapes():
+    assert sanitize.excluded_kernels("racecheck", SHAPES["default"]) == ("gemm",)
+    assert sanitize.excluded_kernels("racecheck", SHAPES["default"], racecheck_gemms=True) == ()
+    assert sanitize.excluded_kernels("racecheck", SHAPES["small"]) == ()
+    assert sanitize.excluded_kernels("memcheck", SHAPES["default"]) == ()
+    cmd = sanitize.sanitizer_command("cs", "racecheck", ["--target"], exclude=("gemm",))
+    i = cmd.index("--kernel-name-exclude")
+    assert cmd[i + 1] == "kns=gemm" and cmd.index("-m") > i
