@@ -973,6 +973,10 @@ _CUDA_WORDS = [
     ("illegal memory access", "ILLEGAL_ADDRESS",
      "your kernel read or wrote outside the buffers (CUDA_ERROR_ILLEGAL_ADDRESS): an index past "
      "the end of a row or of a tensor, a negative index, or an int index that overflowed"),
+    ("global/shared address space", "INVALID_ADDRESS_SPACE",
+     "your kernel read or wrote outside the buffers, so far outside that the address is in no "
+     "memory space at all (CUDA_ERROR_INVALID_ADDRESS_SPACE): an offset multiplied in twice, "
+     "or an int index that overflowed"),
     ("misaligned address", "MISALIGNED_ADDRESS",
      "a load or store was not aligned to its size (CUDA_ERROR_MISALIGNED_ADDRESS): e.g. a float4 "
      "access at an address that is not a multiple of 16 bytes"),
