@@ -63,6 +63,9 @@ SLOW_KERNEL1_WORK = 2e9
 # where kernel 1 is slow, racecheck leaves kernels whose names contain these out (they run,
 # uninstrumented); it checks them at the small shape. --racecheck-gemms keeps them in.
 RACECHECK_EXCLUDE_AT_LARGE = ("gemm",)
+# The option that names kernels a tool leaves uninstrumented: 2025.3's name first, then an
+# older name, tried when the first is not in --help.
+EXCLUDE_OPTIONS = ("--kernel-name-exclude", "--kernel-regex-exclude")
 SANITIZER = "compute-sanitizer"
 SANITIZER_DIRS = ("/usr/local/cuda/bin",)
 NOT_FOUND = (f"{SANITIZER} not found on PATH (it ships with the CUDA toolkit: "
@@ -191,7 +194,7 @@ def python_command(args):
     return [sys.executable, "-m", "attnlab.sanitize", *args]
 
 
-def sanitizer_command(exe, tool, args, port=None, exclude=(), exclude_option="--kernel-name-exclude"):
+def sanitizer_command(exe, tool, args, port=None, exclude=(), exclude_with=EXCLUDE_OPTIONS[0]):
     """The full command line: compute-sanitizer, its options for ``tool``, then the target.
 
     ``exclude``: substrings of kernel names the tool does not instrument (they still run).
@@ -200,7 +203,7 @@ def sanitizer_command(exe, tool, args, port=None, exclude=(), exclude_option="--
         raise InputError(f"tool must be one of {list(TOOLS)}, got {tool!r}")
     cmd = [exe, "--tool", tool, *COMMON_OPTIONS, *TOOL_OPTIONS[tool]]
     for name in exclude:
-        cmd += [exclude_option, f"kns={name}"]
+        cmd += [exclude_with, f"kns={name}"]
     if port is not None:
         cmd += ["--port", str(port)]
     return cmd + python_command(args)
@@ -454,13 +457,12 @@ def run_command(cmd, timeout):
 
 
 def exclude_option(exe):
-    """The option naming kernels not to instrument: --kernel-name-exclude (2022.2 and later),
-    --kernel-regex-exclude before it; None if this compute-sanitizer has neither."""
+    """The first of EXCLUDE_OPTIONS this compute-sanitizer lists in --help; None if neither."""
     try:
         text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    for option in ("--kernel-name-exclude", "--kernel-regex-exclude"):
+    for option in EXCLUDE_OPTIONS:
         if option in text:
             return option
     return None
@@ -484,7 +486,7 @@ def excluded_kernels(tool, shape, racecheck_gemms=False):
 
 
 def run_one(exe, tool, shape_name, shape, runs, timeout, port=None, plant=None, log_dir=None,
-            exclude=(), exclude_with="--kernel-name-exclude"):
+            exclude=(), exclude_with=EXCLUDE_OPTIONS[0]):
     cmd = sanitizer_command(exe, tool, target_args(shape, runs, plant), port, exclude, exclude_with)
     rc, out, seconds, timed_out = run_command(cmd, timeout)
     result = Result(tool, shape_name, shape, runs, cmd, rc, seconds, timed_out,
@@ -568,13 +570,14 @@ def run(args):
         print(f"attnlab: {e}", file=sys.stderr)
         return 2
     version = sanitizer_version(exe)
-    exclude_with = None             # the option that leaves kernels uninstrumented, if needed
 
     if args.self_test:
-        jobs_list = [(tool, "self-test", SHAPES["small"], [], tool) for tool in tools]
+        jobs_list = [(tool, "self-test", SHAPES["small"], [], tool, ()) for tool in tools]
         skipped = []
+        exclude_with = None
     else:
         jobs_list, skipped = [], []
+        exclude_with = exclude_option(exe)   # how to leave kernels uninstrumented, if it can
         plans = {}
         for name, shape in shapes:
             runs, why = plan(shape, kernels, block_sizes, extra, args.include_slow)
@@ -594,14 +597,11 @@ def run(args):
             return 2 if rc == 2 else 1
         native = target_records(out)
         _progress(f"  native run: {seconds:.1f} s")
-        exclude_with = exclude_option(exe) if any(
-            excluded_kernels(t, shape, args.racecheck_gemms)
-            for t in tools for shape, _ in plans.values()) else None
         for tool in tools:
             for name, (shape, runs) in plans.items():
-                jobs_list.append((tool, name, shape, runs, None))
                 exclude = excluded_kernels(tool, shape, args.racecheck_gemms)
                 if exclude and exclude_with is None:
+                    exclude = ()
                     skipped.append(f"{tool} at {shape_label(shape)}: this compute-sanitizer cannot "
                                    f"leave kernels out (no --kernel-name-exclude): cuBLAS's GEMMs "
                                    f"are instrumented too, which takes tens of minutes")
@@ -610,19 +610,18 @@ def run(args):
                                    f"(cuBLAS's GEMMs) run uninstrumented: tens of minutes under "
                                    f"{tool} at this shape; they are checked at the small shape "
                                    f"(pass --racecheck-gemms to check them here)")
+                jobs_list.append((tool, name, shape, runs, None, exclude))
     for line in skipped:
         _progress(line)
 
     _progress(f"{SANITIZER} {version}: {len(jobs_list)} run(s), {min(jobs, len(jobs_list))} at a time")
 
     def one(i_job):
-        i, (tool, name, shape, runs, plant) = i_job
+        i, (tool, name, shape, runs, plant, exclude) = i_job
         _progress(f"  {tool} {name}: started")
         limit = min(timeout, 300) if plant else timeout     # a planted bug runs in seconds
         r = run_one(exe, tool, name, shape, runs, limit, BASE_PORT + PORT_STRIDE * i, plant,
-                    args.log_dir,
-                    () if plant or not exclude_with else excluded_kernels(tool, shape, args.racecheck_gemms),
-                    exclude_with)
+                    args.log_dir, exclude, exclude_with)
         verdict = ("caught" if classify(r, True) else "MISSED") if plant else r.status
         _progress(f"  {tool} {name}: {verdict} ({r.seconds:.0f} s)")
         return r

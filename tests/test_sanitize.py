@@ -518,3 +518,15 @@ def test_racecheck_leaves_cublas_uninstrumented_only_at_large_shapes():
     cmd = sanitize.sanitizer_command("cs", "racecheck", ["--target"], exclude=("gemm",))
     i = cmd.index("--kernel-name-exclude")
     assert cmd[i + 1] == "kns=gemm" and cmd.index("-m") > i
+
+
+def test_exclude_option_is_read_from_help(tmp_path):
+    def fake(help_text):
+        exe = tmp_path / "compute-sanitizer"
+        exe.write_text(f"#!/bin/sh\necho '{help_text}'\n")
+        exe.chmod(0o755)
+        return str(exe)
+    assert sanitize.exclude_option(fake("  --kernel-name-exclude arg  key1=val1")) == "--kernel-name-exclude"
+    assert sanitize.exclude_option(fake("  --kernel-regex-exclude arg")) == "--kernel-regex-exclude"
+    assert sanitize.exclude_option(fake("  --tool arg")) is None
+    assert sanitize.exclude_option(str(tmp_path / "missing")) is None
