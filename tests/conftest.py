@@ -3,6 +3,23 @@ import pytest
 
 from attnlab.device import gpu_status
 
+SMALL = dict(B=2, T=260, C=192, NH=3)       # HS 64; T a multiple of no block size nor of 64
+DEFAULT = dict(B=4, T=1024, C=768, NH=12)   # llm.c's shape
+
+
+@pytest.fixture(scope="session")
+def small():
+    """Inputs and CPU reference at SMALL (cached on disk by make_problem)."""
+    from attnlab import make_problem
+    return make_problem(**SMALL)
+
+
+@pytest.fixture(scope="session")
+def default():
+    """Inputs and CPU reference at DEFAULT."""
+    from attnlab import make_problem
+    return make_problem(**DEFAULT)
+
 
 def pytest_addoption(parser):
     parser.addoption("--series", action="store_true",

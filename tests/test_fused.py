@@ -15,14 +15,12 @@ import numpy as np
 import pytest
 
 from attnlab import GPUMemoryError, InputError, KernelCompileError, fused, kernels
-from attnlab.problem import make_inputs, make_problem
+from attnlab.problem import make_inputs
 from attnlab.reference import causal_mask, split_heads
 from attnlab.validate import compare
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
-SMALL = dict(B=2, T=260, C=192, NH=3)       # HS 64, T % 64 = 4: the last tile is partial
-DEFAULT = dict(B=4, T=1024, C=768, NH=12)
 VARIANTS = [{"HEAD_SIZE": 64, "TF32": 0}, {"HEAD_SIZE": 64, "TF32": 1}]
 PRECISIONS = [False, True]
 
@@ -179,15 +177,6 @@ def test_no_register_spills(defines, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # On the GPU
-
-@pytest.fixture(scope="module")
-def small():
-    return make_problem(**SMALL)
-
-
-@pytest.fixture(scope="module")
-def default():
-    return make_problem(**DEFAULT)
 
 
 def run_fused(problem, tf32):

@@ -2,24 +2,11 @@
 import numpy as np
 import pytest
 
-from attnlab import attention, bench, gemm, make_problem, validate
+from attnlab import attention, bench, gemm, validate
 from attnlab.checks import BLOCK_SIZES
 from attnlab.validate import TF32_TOLERANCES
 
 pytestmark = pytest.mark.gpu
-
-SMALL = dict(B=2, T=260, C=192, NH=3)       # T not a multiple of any block size
-DEFAULT = dict(B=4, T=1024, C=768, NH=12)
-
-
-@pytest.fixture(scope="module")
-def small():
-    return make_problem(**SMALL)
-
-
-@pytest.fixture(scope="module")
-def default():
-    return make_problem(**DEFAULT)
 
 
 def buffers_for(problem):
