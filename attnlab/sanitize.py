@@ -4,6 +4,8 @@
     python -m attnlab sanitize --quick            # the small shape only
     python -m attnlab sanitize --tools memcheck,racecheck --shapes small --kernels 4,8 --json
     python -m attnlab sanitize --self-test        # plant one bug per tool: is it caught?
+    python -m attnlab sanitize --shapes default --tools racecheck --split --jobs 14
+                                                  # one run per kernel, 14 side by side
 
 For each (tool, shape) this runs, in a subprocess,
 
@@ -180,14 +182,26 @@ def plan(shape, kernels=KERNELS, block_sizes=(BLOCK_SIZE,), extra_block_sizes=EX
     return runs, skipped
 
 
-def target_args(shape, runs, plant=None):
-    """The arguments of ``python -m attnlab.sanitize --target`` for one shape."""
+def target_args(shape, runs, plant=None, extra=True):
+    """The arguments of ``python -m attnlab.sanitize --target`` for one shape.
+
+    ``extra=False``: leave out the sanitize_steps of EXTRA_STEP_MODULES (the fused kernels)."""
     B, T, C, NH = shape
     args = ["--target", "--shape", f"{B}x{T}x{C}x{NH}",
             "--runs", ",".join(f"{k}:{bs}" for k, bs in runs)]
     if plant:
         args += ["--plant", plant]
+    if not extra:
+        args += ["--no-extra"]
     return args
+
+
+def split_parts(runs):
+    """--split: one (part label, runs, extra) per sanitizer run of a (tool, shape): each
+    (kernel, block size) on its own, then the extra steps (the fused kernels) on their own.
+    Every part also runs the forward, which the backward needs."""
+    parts = [(f"k{k}-bs{bs}", [(k, bs)], False) for k, bs in runs]
+    return parts + [("extra", [], True)]
 
 
 def python_command(args):
@@ -321,6 +335,8 @@ class Result:
     report: Report = None
     steps: list = field(default_factory=list)
     tail: str = ""                   # the last lines of output when the run did not finish
+    extra: bool = True               # the target also ran EXTRA_STEP_MODULES' sanitize_steps
+    part: str = ""                   # with --split: which part of the (tool, shape) this is
 
     @property
     def status(self):
@@ -350,8 +366,9 @@ def classify(result, expect_errors=False):
     return result.status == "clean"
 
 
-def _runs_text(runs):
-    """'2-8 @256; 6,7,8 also @32,1024' style summary of (kernel, block size) pairs."""
+def _runs_text(runs, extra=False):
+    """'2-8@256 6,7,8@32' style summary of (kernel, block size) pairs; '+ extra' when the
+    run also did the extra steps (the fused kernels)."""
     by_bs = {}
     for k, bs in runs:
         by_bs.setdefault(bs, []).append(k)
@@ -361,13 +378,15 @@ def _runs_text(runs):
         ks_text = (f"{ks[0]}-{ks[-1]}" if len(ks) > 2 and ks == list(range(ks[0], ks[-1] + 1))
                    else ",".join(map(str, ks)))
         parts.append(f"{ks_text}@{bs}")
+    if extra:
+        parts.append("+ extra")
     return " ".join(parts) if parts else "forward only"
 
 
 def format_table(results, ours=None, expect_errors=False):
     """The result table, then the first error lines of every run that did not pass."""
     ours = ours if ours is not None else set()
-    head = (f"{'tool':<10} {'shape':<31} {'kernel@block size':<34} {'errors':>6} "
+    head = (f"{'tool':<10} {'shape':<31} {'kernel@block size':<38} {'errors':>6} "
             f"{'races':>5} {'leaked':>8} {'time':>7}  result")
     lines = [head, "-" * len(head)]
     for r in results:
@@ -382,9 +401,10 @@ def format_table(results, ours=None, expect_errors=False):
         if r.shape_name == "self-test":
             shape_text, runs_text = "-", "planted: " + PLANTED[r.tool][0]
         else:
-            shape_text, runs_text = r.shape_name + " " + shape_label(r.shape), _runs_text(r.runs)
+            shape_text = r.shape_name + " " + shape_label(r.shape)
+            runs_text = _runs_text(r.runs, r.extra)
         lines.append(f"{r.tool:<10} {shape_text:<31} "
-                     f"{runs_text:<34} {errors:>6} {races:>5} {leaked:>8} "
+                     f"{runs_text:<38} {errors:>6} {races:>5} {leaked:>8} "
                      f"{r.seconds:6.0f}s  {verdict}")
     for r in results:
         passed = classify(r, expect_errors)
@@ -486,16 +506,18 @@ def excluded_kernels(tool, shape, racecheck_gemms=False):
 
 
 def run_one(exe, tool, shape_name, shape, runs, timeout, port=None, plant=None, log_dir=None,
-            exclude=(), exclude_with=EXCLUDE_OPTIONS[0]):
-    cmd = sanitizer_command(exe, tool, target_args(shape, runs, plant), port, exclude, exclude_with)
+            exclude=(), exclude_with=EXCLUDE_OPTIONS[0], extra=True, part=""):
+    cmd = sanitizer_command(exe, tool, target_args(shape, runs, plant, extra), port, exclude,
+                            exclude_with)
     rc, out, seconds, timed_out = run_command(cmd, timeout)
     result = Result(tool, shape_name, shape, runs, cmd, rc, seconds, timed_out,
-                    parse_report(out), target_records(out))
+                    parse_report(out), target_records(out), extra=extra and not plant, part=part)
     if result.status in ("FAILED", "TIMEOUT"):
         result.tail = "\n".join(out.strip().splitlines()[-15:])
     if log_dir:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        (Path(log_dir) / f"{tool}-{shape_name}.log").write_text(" ".join(cmd) + "\n\n" + out)
+        name = f"{tool}-{shape_name}" + (f"-{part}" if part else "")
+        (Path(log_dir) / f"{name}.log").write_text(" ".join(cmd) + "\n\n" + out)
     return result
 
 
@@ -524,11 +546,18 @@ def add_arguments(p):
     p.add_argument("--racecheck-gemms", action="store_true",
                    help="let racecheck instrument cuBLAS's GEMMs at the default shape too "
                         "(tens of minutes; by default they are racechecked at the small shape)")
+    p.add_argument("--split", action="store_true",
+                   help="one sanitizer run per (kernel, block size), and one for the fused "
+                        "kernels, instead of one per (tool, shape): --jobs of them run side by "
+                        "side, and a run that times out names the kernel (each also runs the "
+                        "forward)")
     p.add_argument("--jobs", type=int, default=8,
                    help="sanitizer runs at once (default 8: all of the default selection; "
                         "they share the GPU, each needs about 1 GiB of it)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per run (default 1800)")
-    p.add_argument("--log-dir", default=None, help="write each run's full output to DIR/TOOL-SHAPE.log")
+    p.add_argument("--log-dir", default=None,
+                   help="write each run's full output to DIR/TOOL-SHAPE.log "
+                        "(DIR/TOOL-SHAPE-PART.log with --split)")
     p.add_argument("--self-test", action="store_true",
                    help="instead, plant one bug per tool in a tiny kernel and check that the "
                         "tool reports it (exit 0 when every planted bug is caught)")
@@ -572,7 +601,8 @@ def run(args):
     version = sanitizer_version(exe)
 
     if args.self_test:
-        jobs_list = [(tool, "self-test", SHAPES["small"], [], tool, ()) for tool in tools]
+        jobs_list = [(tool, "self-test", SHAPES["small"], [], tool, (), True, "")
+                     for tool in tools]
         skipped = []
         exclude_with = None
     else:
@@ -610,20 +640,23 @@ def run(args):
                                    f"(cuBLAS's GEMMs) run uninstrumented: tens of minutes under "
                                    f"{tool} at this shape; they are checked at the small shape "
                                    f"(pass --racecheck-gemms to check them here)")
-                jobs_list.append((tool, name, shape, runs, None, exclude))
+                parts = split_parts(runs) if args.split else [("", runs, True)]
+                jobs_list += [(tool, name, shape, part_runs, None, exclude, extra, part)
+                              for part, part_runs, extra in parts]
     for line in skipped:
         _progress(line)
 
     _progress(f"{SANITIZER} {version}: {len(jobs_list)} run(s), {min(jobs, len(jobs_list))} at a time")
 
     def one(i_job):
-        i, (tool, name, shape, runs, plant, exclude) = i_job
-        _progress(f"  {tool} {name}: started")
+        i, (tool, name, shape, runs, plant, exclude, extra, part) = i_job
+        label = f"{tool} {name}" + (f" {part}" if part else "")
+        _progress(f"  {label}: started")
         limit = min(timeout, 300) if plant else timeout     # a planted bug runs in seconds
         r = run_one(exe, tool, name, shape, runs, limit, BASE_PORT + PORT_STRIDE * i, plant,
-                    args.log_dir, exclude, exclude_with)
+                    args.log_dir, exclude, exclude_with, extra, part)
         verdict = ("caught" if classify(r, True) else "MISSED") if plant else r.status
-        _progress(f"  {tool} {name}: {verdict} ({r.seconds:.0f} s)")
+        _progress(f"  {label}: {verdict} ({r.seconds:.0f} s)")
         return r
 
     t0 = time.perf_counter()
@@ -714,8 +747,9 @@ def _plant(tool):
     _record(step="planted", tool=tool, kernel=name)
 
 
-def target(shapes, plant=None):
-    """Run the forward once and the backward once per (kernel, block size), at each shape."""
+def target(shapes, plant=None, extra=True):
+    """Run the forward once and the backward once per (kernel, block size), at each shape;
+    then, if ``extra``, the sanitize_steps of EXTRA_STEP_MODULES."""
     import numpy as np
     from . import attention
     from .problem import make_inputs
@@ -747,7 +781,7 @@ def target(shapes, plant=None):
                     print(f"attnlab.sanitize: backward kernel {kernel} (block size {bs}) wrote "
                           f"NaN/Inf into dinp at {shape_label(shape)}", file=sys.stderr)
                     return 3
-        for name in EXTRA_STEP_MODULES:
+        for name in EXTRA_STEP_MODULES if extra else ():
             if importlib.util.find_spec(name) is None:
                 continue
             steps = getattr(importlib.import_module(name), "sanitize_steps", None)
@@ -776,6 +810,8 @@ def target_main(argv):
     p.add_argument("--runs", action="append", default=[],
                    help="kernel:block_size,... for the --shape before it (repeatable)")
     p.add_argument("--plant", choices=TOOLS, default=None)
+    p.add_argument("--no-extra", action="store_true",
+                   help="leave out the sanitize_steps of EXTRA_STEP_MODULES")
     args = p.parse_args(argv)
     try:
         if args.plant:
@@ -784,7 +820,7 @@ def target_main(argv):
             raise InputError(f"give one --runs per --shape, got {len(args.shape)} --shape and "
                              f"{len(args.runs)} --runs")
         shapes = [(parse_shape(s)[1], _parse_runs(r)) for s, r in zip(args.shape, args.runs)]
-        return target(shapes)
+        return target(shapes, extra=not args.no_extra)
     except (InputError, NoGPUError) as e:
         print(f"attnlab: {e}", file=sys.stderr)
         return 2

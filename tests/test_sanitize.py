@@ -317,6 +317,33 @@ def test_cli_runs_native_first_then_each_tool_and_shape(fake_gpu_host, capsys):
     assert len({c[c.index("--port") + 1] for c in runs}) == 4, "parallel runs use their own ports"
 
 
+def test_cli_split_runs_each_kernel_and_the_extra_steps_on_their_own(fake_gpu_host, capsys,
+                                                                      tmp_path, monkeypatch):
+    monkeypatch.setattr(sanitize, "exclude_option", lambda exe: "--kernel-name-exclude")
+    status = run_cli("--shapes", "default", "--tools", "racecheck", "--kernels", "4,8",
+                     "--extra-block-sizes", "32", "--split", "--log-dir", str(tmp_path))
+    out, err = capsys.readouterr()
+    assert status == 1, out + err                      # the canned racecheck output has a race
+    native, *runs = fake_gpu_host
+    assert "--no-extra" not in native                  # natively: everything, once
+    got = sorted((c[c.index("--runs") + 1], "--no-extra" in c) for c in runs)
+    assert got == [("", False), ("4:256", True), ("8:256", True), ("8:32", True)]
+    assert all(c[c.index("--kernel-name-exclude") + 1] == "kns=gemm" for c in runs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "racecheck-default-extra.log", "racecheck-default-k4-bs256.log",
+        "racecheck-default-k8-bs256.log", "racecheck-default-k8-bs32.log"]
+    assert "racecheck default k8-bs32: ERRORS" in err
+    table = out.split("\n\n")[0]
+    assert "forward only" not in table and "+ extra" in table and " 8@32 " in table
+
+
+def test_split_parts():
+    assert sanitize.split_parts([(2, 256), (6, 32)]) == [
+        ("k2-bs256", [(2, 256)], False), ("k6-bs32", [(6, 32)], False), ("extra", [], True)]
+    assert sanitize.target_args(SMALL, [(2, 256)], extra=False)[-1] == "--no-extra"
+    assert "--no-extra" not in sanitize.target_args(SMALL, [(2, 256)])
+
+
 def test_cli_exits_1_and_shows_the_errors(fake_gpu_host, capsys):
     status = run_cli("--quick", "--tools", "memcheck,racecheck", "--json")
     out = json.loads(capsys.readouterr().out)
@@ -384,6 +411,26 @@ def test_small_sanitize_run_is_clean():
         assert r["report"]["errors"] == 0 and r["status"] == "clean"
         ran = {(s.get("kernel"), s.get("block_size")) for s in r["steps"] if s["step"] == "backward"}
         assert ran == {(4, 256), (8, 256), (8, 32), (8, 1024)}
+
+
+@pytest.mark.gpu
+@needs_sanitizer
+def test_split_run_covers_the_kernel_and_the_extra_steps_apart():
+    p = subprocess.run([sys.executable, "-m", "attnlab", "sanitize", "--shapes", "small",
+                        "--tools", "memcheck", "--kernels", "8", "--extra-block-sizes", "none",
+                        "--split", "--json"],
+                       capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert out["ok"] and out["not_run"] == {f"softmax_backward{k}": "not selected (--kernels)"
+                                            for k in range(1, 8)}
+    by_part = {r["part"]: r for r in out["runs"]}
+    assert sorted(by_part) == ["extra", "k8-bs256"]
+    for part, r in by_part.items():
+        assert r["status"] == "clean" and r["report"]["errors"] == 0
+        kinds = [s["step"] for s in r["steps"]]
+        assert kinds == (["forward", "extra", "done"] if part == "extra"
+                         else ["forward", "backward", "done"])
 
 
 @pytest.mark.gpu
@@ -493,6 +540,17 @@ def test_target_runs_the_sanitize_steps_of_other_modules(fake_attention, monkeyp
     extra = [s for s in steps if s["step"] == "extra"]
     assert extra[0]["module"] == "fake_fused_for_sanitize"
     assert extra[0]["sources"] == ["flash_attention"]
+
+
+def test_target_without_extra_steps(fake_attention, monkeypatch, tmp_path, capsys):
+    (tmp_path / "fake_fused_never_called.py").write_text(
+        "def sanitize_steps(B, T, C, NH):\n"
+        "    raise AssertionError('--no-extra must leave the extra steps out')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sanitize, "EXTRA_STEP_MODULES", ("fake_fused_never_called",))
+    assert sanitize.main(["--target", "--shape", "small", "--runs", "8:256", "--no-extra"]) == 0
+    steps = sanitize.target_records(capsys.readouterr().out)
+    assert [s["step"] for s in steps] == ["forward", "backward", "done"]
 
 
 def test_sources_not_run_are_listed():
