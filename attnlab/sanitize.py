@@ -511,12 +511,12 @@ def run_one(exe, tool, shape_name, shape, runs, timeout, port=None, plant=None, 
                             exclude_with)
     rc, out, seconds, timed_out = run_command(cmd, timeout)
     result = Result(tool, shape_name, shape, runs, cmd, rc, seconds, timed_out,
-                    parse_report(out), target_records(out), extra=extra and not plant, part=part)
+                    parse_report(out), target_records(out), extra=extra, part=part)
     if result.status in ("FAILED", "TIMEOUT"):
         result.tail = "\n".join(out.strip().splitlines()[-15:])
     if log_dir:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        name = f"{tool}-{shape_name}" + (f"-{part}" if part else "")
+        name = "-".join(filter(None, (tool, shape_name, part)))
         (Path(log_dir) / f"{name}.log").write_text(" ".join(cmd) + "\n\n" + out)
     return result
 
@@ -601,8 +601,9 @@ def run(args):
     version = sanitizer_version(exe)
 
     if args.self_test:
-        jobs_list = [(tool, "self-test", SHAPES["small"], [], tool, (), True, "")
-                     for tool in tools]
+        # a planted bug's target runs only the planted kernel: no extra steps
+        jobs_list = [dict(tool=tool, shape_name="self-test", shape=SHAPES["small"], runs=[],
+                          plant=tool, extra=False) for tool in tools]
         skipped = []
         exclude_with = None
     else:
@@ -641,7 +642,8 @@ def run(args):
                                    f"{tool} at this shape; they are checked at the small shape "
                                    f"(pass --racecheck-gemms to check them here)")
                 parts = split_parts(runs) if args.split else [("", runs, True)]
-                jobs_list += [(tool, name, shape, part_runs, None, exclude, extra, part)
+                jobs_list += [dict(tool=tool, shape_name=name, shape=shape, runs=part_runs,
+                                   exclude=exclude, extra=extra, part=part)
                               for part, part_runs, extra in parts]
     for line in skipped:
         _progress(line)
@@ -649,12 +651,13 @@ def run(args):
     _progress(f"{SANITIZER} {version}: {len(jobs_list)} run(s), {min(jobs, len(jobs_list))} at a time")
 
     def one(i_job):
-        i, (tool, name, shape, runs, plant, exclude, extra, part) = i_job
-        label = f"{tool} {name}" + (f" {part}" if part else "")
+        i, job = i_job
+        plant = job.get("plant")
+        label = " ".join(filter(None, (job["tool"], job["shape_name"], job.get("part"))))
         _progress(f"  {label}: started")
         limit = min(timeout, 300) if plant else timeout     # a planted bug runs in seconds
-        r = run_one(exe, tool, name, shape, runs, limit, BASE_PORT + PORT_STRIDE * i, plant,
-                    args.log_dir, exclude, exclude_with, extra, part)
+        r = run_one(exe, timeout=limit, port=BASE_PORT + PORT_STRIDE * i, log_dir=args.log_dir,
+                    exclude_with=exclude_with, **job)
         verdict = ("caught" if classify(r, True) else "MISSED") if plant else r.status
         _progress(f"  {label}: {verdict} ({r.seconds:.0f} s)")
         return r

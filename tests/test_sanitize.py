@@ -337,6 +337,16 @@ def test_cli_split_runs_each_kernel_and_the_extra_steps_on_their_own(fake_gpu_ho
     assert "forward only" not in table and "+ extra" in table and " 8@32 " in table
 
 
+def test_cli_self_test_runs_each_planted_bug_and_says_which_were_missed(fake_gpu_host, capsys):
+    status = run_cli("--self-test", "--tools", "memcheck,racecheck")
+    out, err = capsys.readouterr()
+    assert status == 1, out + err                   # canned: only racecheck reports an error
+    assert len(fake_gpu_host) == 2                  # no native run for the self-test
+    assert sorted(c[c.index("--plant") + 1] for c in fake_gpu_host) == ["memcheck", "racecheck"]
+    assert "racecheck self-test: caught" in err and "memcheck self-test: MISSED" in err
+    assert "a planted bug was MISSED" in out
+
+
 def test_split_parts():
     assert sanitize.split_parts([(2, 256), (6, 32)]) == [
         ("k2-bs256", [(2, 256)], False), ("k6-bs32", [(6, 32)], False), ("extra", [], True)]
