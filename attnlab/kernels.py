@@ -1,5 +1,9 @@
 """Finding, compiling and caching the CUDA sources in ``kernels/``.
 
+The sources live in ``kernels/`` at the top of the repository; an installed attnlab (a wheel,
+``pip install .``) carries them as ``attnlab/cuda/`` (pyproject.toml maps the one onto the
+other), so they are found from any working directory.
+
 Each ``kernels/NAME.cu`` is compiled at run time by PyCUDA's ``SourceModule`` with
 ``-O3 --use_fast_math`` for the device's own architecture, once per process for each
 set of ``-D`` defines (kernels 6–8 take their block size as ``-DBLOCK_SIZE=N``, a
@@ -19,7 +23,18 @@ from pathlib import Path
 
 from .errors import InputError, KernelCompileError, NvccNotFoundError
 
-KERNEL_DIR = Path(os.environ.get("ATTNLAB_KERNELS", Path(__file__).resolve().parent.parent / "kernels"))
+
+
+def _kernel_dir():
+    """$ATTNLAB_KERNELS, else attnlab/cuda/ of an installed package, else the checkout's kernels/."""
+    if os.environ.get("ATTNLAB_KERNELS"):
+        return Path(os.environ["ATTNLAB_KERNELS"])
+    package = Path(__file__).resolve().parent
+    installed = package / "cuda"
+    return installed if installed.is_dir() else package.parent / "kernels"
+
+
+KERNEL_DIR = _kernel_dir()
 NVCC_OPTIONS = ("-O3", "--use_fast_math")
 
 
