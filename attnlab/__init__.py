@@ -7,7 +7,8 @@ Works without a GPU for the CPU parts (``attnlab.reference``, ``attnlab.validate
 from .checks import BLOCK_SIZES, KERNELS
 from .device import device_info, has_gpu, require_gpu
 from .errors import (AttnlabError, GPUMemoryError, InputError, KernelCompileError,
-                     NoGPUError, NvccNotFoundError, ValidationError)
+                     NoGPUError, NvccNotFoundError, SetupError, UnsupportedGPUError,
+                     ValidationError)
 from .problem import DEFAULT_SHAPE, make_inputs, make_problem
 from .reference import attention_backward, attention_forward
 from .validate import compare, validate

@@ -27,3 +27,13 @@ class GPUMemoryError(AttnlabError, MemoryError):
 
 class ValidationError(AttnlabError, AssertionError):
     """A GPU result disagrees with the CPU reference beyond the tolerance."""
+
+
+class SetupError(AttnlabError, RuntimeError):
+    """A piece the GPU path needs (a package, a CUDA library) is missing or unusable; the
+    message says which, where attnlab looked, and what to install."""
+
+
+class UnsupportedGPUError(AttnlabError, RuntimeError):
+    """This GPU lacks what a kernel needs (shared memory per block, tensor cores); the message
+    says what, and what runs instead. Said before any allocation or launch."""

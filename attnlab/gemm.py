@@ -5,7 +5,9 @@ not ``cublasSgemmStridedBatched`` (one pointer and a fixed stride per operand, w
 attention needs), nor ``cublasSetMathMode`` (to choose TF32 tensor-op math). Both are
 in the cuBLAS library scikit-cuda has already loaded; we declare their C signatures on
 that same library object and check their status with scikit-cuda's own
-``cublasCheckStatus``, so errors read as scikit-cuda's do.
+``cublasCheckStatus``, so errors read as scikit-cuda's do. Which cuBLAS file scikit-cuda
+loads (a toolkit's ``libcublas.so``, or a pip wheel's ``libcublas.so.12``/``.13``) is chosen by
+``attnlab.libraries``.
 
 cuBLAS is column-major; our buffers are row-major. A row-major M×N matrix read as
 column-major is its N×M transpose, so the row-major product C = A·B is computed as the
@@ -14,7 +16,6 @@ column-major product Cᵀ = Bᵀ·Aᵀ: swap the operands, keep the transposes' 
 import atexit
 import contextlib
 import ctypes
-import warnings
 
 from .device import context
 from .checks import check_int
@@ -34,9 +35,8 @@ def _bind():
     if _cublas is not None:
         return _cublas
     context()                          # the primary context must exist before cuBLAS
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pkg_resources and escape-sequence warnings
-        from skcuda import cublas
+    from .libraries import import_skcuda_cublas
+    cublas = import_skcuda_cublas()    # from the cuBLAS libraries.find_library found
     lib = cublas._libcublas
     p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     lib.cublasSgemmStridedBatched.restype = i
