@@ -1,5 +1,6 @@
 """``python -m attnlab``: device info, and llm.c's main() for the forward and backward passes.
 
+    python -m attnlab env
     python -m attnlab info
     python -m attnlab forward [--B 4 --T 1024 --C 768 --NH 12] [--tf32] [--json]
     python -m attnlab backward N [...] [--repeats 10] [--block-sizes 32,64,...]
@@ -8,19 +9,33 @@
 forward / backward N do what llm.c's main does: compute the CPU reference, run the GPU
 forward and validate it over whole tensors, run the backward with softmax-backward
 kernel N and validate it, then time every block size. Progress goes to stderr; the
-result goes to stdout (a table, or one JSON object with --json). Exit status: 0 when
-everything validated, 1 when a result was wrong, 2 for bad arguments, a shape too large for
-the GPU's free memory, or no GPU.
+result goes to stdout (a table, or one JSON object with --json). The exit statuses are
+EXIT_STATUSES below.
 """
 import argparse
 import json
 import sys
+import traceback
 
 from .checks import (BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel,
                      check_shape, parse_list)
-from .errors import AttnlabError, GPUMemoryError, InputError, NoGPUError
+from .errors import (GPUMemoryError, InputError, NoGPUError, NvccNotFoundError, SetupError,
+                     UnsupportedGPUError)
 from .fused import FUSED_KERNEL
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
+
+EXIT_STATUSES = """\
+exit status:
+  0  everything ran, and every result validated
+  1  a result was wrong (validation failed; sanitize: a sanitizer reported errors)
+  2  could not run here: bad arguments, no GPU, too little free GPU memory, a missing piece
+     (nvcc, scikit-cuda, cuBLAS) or a GPU without what a kernel needs; the message says which
+  3  internal error: a bug in attnlab, not in your input; the message says how to report it"""
+CANNOT_RUN = (InputError, NoGPUError, GPUMemoryError, NvccNotFoundError, SetupError,
+              UnsupportedGPUError)
+REPORT = ("attnlab: internal error (a bug in attnlab, not in your input). Please report it on "
+          "attnlab's issue tracker (README, 'Reporting a bug') with the traceback above and the "
+          "output of `python -m attnlab env`.")
 
 
 def _progress(msg):
@@ -33,8 +48,12 @@ def _block_sizes(text):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__.split("\n")[0],
+                                epilog=EXIT_STATUSES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("env", help="check what the GPU path needs (GPU, driver, nvcc, PyCUDA, "
+                               "scikit-cuda's cuBLAS) and say what to do for each missing piece")
     sub.add_parser("info", help="describe the GPU")
     common = argparse.ArgumentParser(add_help=False)
     for name, default in (("B", 4), ("T", 1024), ("C", 768), ("NH", 12)):
@@ -50,7 +69,7 @@ def parser():
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sub.add_parser("forward", parents=[common], help="validate and time the forward pass")
     b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
-    b.add_argument("kernel", type=int, help=f"softmax-backward kernel, one of {list(KERNELS)}, "
+    b.add_argument("kernel", type=int, help=f"softmax-backward kernel {KERNELS[0]}-{KERNELS[-1]}, "
                    f"or {FUSED_KERNEL}: the fused FlashAttention-2-style backward (fp32; with "
                    f"--tf32 on tensor cores)")
     from .sanitize import add_arguments as sanitize_arguments
@@ -58,6 +77,15 @@ def parser():
         "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
                          "initcheck, synccheck); see attnlab/sanitize.py"))
     return p
+
+
+def check_backward_kernel(kernel):
+    """``backward N``: N is a softmax-backward kernel or the fused one."""
+    if kernel not in KERNELS + (FUSED_KERNEL,):
+        raise InputError(f"kernel must be {KERNELS[0]}-{FUSED_KERNEL} ({KERNELS[0]}-{KERNELS[-1]}: "
+                         f"the softmax-backward kernels, {FUSED_KERNEL}: the fused backward), "
+                         f"got {kernel}")
+    return kernel
 
 
 def info():
@@ -73,6 +101,8 @@ def info():
 
 def run(args):
     """forward or backward N: validate, then time; returns (result dict, exit status)."""
+    if args.command == "backward":
+        check_backward_kernel(args.kernel)
     if args.command == "backward" and args.kernel == FUSED_KERNEL:
         from .fused import run_cli
         return run_cli(args)
@@ -154,23 +184,29 @@ def print_table(result, checks):
 
 
 def main(argv=None):
+    """The command line; returns its exit status (EXIT_STATUSES)."""
     args = parser().parse_args(argv)
+    try:
+        return _command(args)
+    except CANNOT_RUN as e:
+        print(f"attnlab: {e}", file=sys.stderr)
+        return 2
+    except Exception:                  # anything else is attnlab's bug: say so, and how to report
+        traceback.print_exc()
+        print(REPORT, file=sys.stderr)
+        return 3
+
+
+def _command(args):
     if args.command == "sanitize":
         from .sanitize import run as sanitize
         return sanitize(args)
-    try:
-        if args.command == "info":
-            return info()
-        result, checks, status = run(args)
-    except (NoGPUError, GPUMemoryError) as e:
-        print(f"attnlab: {e}", file=sys.stderr)
-        return 2
-    except InputError as e:
-        print(f"attnlab: {e}", file=sys.stderr)
-        return 2
-    except AttnlabError as e:
-        print(f"attnlab: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    if args.command == "env":
+        from .environment import report
+        return 0 if report() else 2
+    if args.command == "info":
+        return info()
+    result, checks, status = run(args)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

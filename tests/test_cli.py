@@ -12,7 +12,7 @@ def run(*args):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["backward", "0"], "kernel must be one of"),
+    (["backward", "0"], "kernel must be 1-9"),
     (["backward", "3", "--T", "1022"], "T must be a multiple of 4"),
     (["backward", "3", "--C", "770"], "C must be divisible by NH"),
     (["backward", "3", "--block-sizes", "32,48"], "--block-sizes must be a power of two"),

@@ -594,8 +594,10 @@ def test_compare_tol_must_be_a_number():
 # ------------------------------------------------------------ the command line
 
 @pytest.mark.parametrize("args, message", [
-    pytest.param(["backward", "0"], "attnlab: kernel must be one of [1, 2, 3, 4, 5, 6, 7, 8], got 0",
-                 id="cli-kernel"),
+    pytest.param(["backward", "0"], "attnlab: kernel must be 1-9 (1-8: the softmax-backward "
+                 "kernels, 9: the fused backward), got 0", id="cli-kernel"),
+    pytest.param(["backward", "10"], "attnlab: kernel must be 1-9 (1-8: the softmax-backward "
+                 "kernels, 9: the fused backward), got 10", id="cli-kernel-10"),
     pytest.param(["backward", "x"], "argument kernel: invalid int value: 'x'", id="cli-kernel-type"),
     pytest.param(["forward", "--T", "1022"], "T must be a multiple of 4", id="cli-t4"),
     pytest.param(["forward", "--C", "770"], "C must be divisible by NH (C=770, NH=12",
@@ -651,15 +653,35 @@ def test_cli_checks_gpu_memory_before_the_cpu_reference(monkeypatch, capsys):
 
 
 @pytest.mark.gpu
-def test_cli_without_nvcc_exits_1_naming_it():
-    """Expected today: AttentionBuffers zeroes att with GPUArray.fill, a PyCUDA kernel that PyCUDA
-    compiles (it runs `nvcc --version` even for a cached one) before attnlab compiles anything:
-    a traceback ending in PyCUDA's OSError 'nvcc was not found (is it on the PATH?)'."""
+def test_cli_without_nvcc_exits_2_naming_it():
+    """A missing nvcc is a piece missing here (exit 2), said in one line, not a traceback."""
     p = cli("forward", "--B", "1", "--T", "8", "--C", "6", "--NH", "2", "--repeats", "1",
             env={"PATH": ""})
-    assert p.returncode == 1, p.stderr
-    assert "attnlab: NvccNotFoundError: nvcc is not on PATH" in p.stderr
+    assert p.returncode == 2, p.stderr
+    assert "attnlab: nvcc is not on PATH" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_cli_internal_error_exits_3_saying_how_to_report(monkeypatch, capsys):
+    """An exception attnlab did not mean to raise is its own bug: status 3 (1 means a wrong
+    result), the traceback, 'internal error' and where to report it."""
+    from attnlab import cli as cli_module
+
+    def planted_bug():
+        raise ZeroDivisionError("planted")
+    monkeypatch.setattr(cli_module, "info", planted_bug)
+    assert cli_module.main(["info"]) == 3
+    err = capsys.readouterr().err
+    assert "ZeroDivisionError: planted" in err and "Traceback" in err
+    assert "internal error" in err and "Reporting a bug" in err
+
+
+def test_cli_help_lists_the_exit_statuses():
+    p = cli("--help")
+    assert p.returncode == 0
+    for status in ("0  everything ran", "1  a result was wrong", "2  could not run here",
+                   "3  internal error"):
+        assert status in p.stdout
 
 
 # ------------------------------------------------------------ docs/errors.md has a test per row
@@ -668,7 +690,8 @@ def collected_ids():
     """Every test id in the test files docs/errors.md cites, as pytest collects them."""
     p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
                         "no:cacheprovider", "tests/test_errors.py", "tests/test_sanitize.py",
-                        "tests/test_fused.py", "tests/test_exercises.py"],
+                        "tests/test_fused.py", "tests/test_exercises.py",
+                        "tests/test_libraries.py", "tests/test_environment.py"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     ids = {}
     for line in p.stdout.splitlines():

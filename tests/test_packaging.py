@@ -65,3 +65,12 @@ def test_a_checkout_reads_kernels_at_the_top_of_the_repository():
     if (Path(kernels.__file__).parent / "cuda").is_dir():
         pytest.skip("attnlab is imported from an installed wheel here, not from the checkout")
     assert kernels.KERNEL_DIR == ROOT / "kernels"
+
+
+def test_ci_runs_the_readmes_commands_in_a_venv_of_its_own():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    for command in ('pip install -e ".[notebooks]"', "python -m pytest --nbval tests notebooks"):
+        assert f"    {command}\n" in readme, command
+        assert command in ci, command
+    assert "python3 -m venv" in ci and "/bin/activate" in ci
