@@ -156,3 +156,45 @@ def test_this_machines_cuda_runtime_is_found():
     """The real search on this machine's toolkit (nvcc's root or /usr/local/cuda)."""
     found = libraries.find_library("cudart")
     ctypes.CDLL(found)
+
+
+WHEEL_LAYOUT_PROBE = r"""
+import sys
+from pathlib import Path
+site = Path(sys.argv[1])
+sys.path.insert(0, str(site))
+from attnlab import libraries
+libraries.cuda_roots = lambda: []          # no toolkit: only the wheel's folder, then the loader
+import attnlab
+from attnlab import attention
+p = attnlab.make_problem(B=1, T=64, C=128, NH=2)
+out, _, _ = attention.gpu_forward(p.inp, p.NH)
+attnlab.validate(out, p.out, "out")
+from skcuda import cublas
+print(cublas._libcublas._name)
+"""
+
+
+@pytest.mark.gpu
+def test_cublas_from_a_wheels_folder_runs_the_gemms(tmp_path):
+    """CUDA from pip wheels: nvidia/cu13/lib holds only libcublas.so.13 and libcublasLt.so.13
+    (links to this machine's toolkit files here). scikit-cuda alone finds neither; through
+    attnlab it loads them and the forward pass (two GEMMs) validates."""
+    import glob
+    import subprocess
+    real = {}
+    for root in {str(r) for _, r in libraries.cuda_roots()}:
+        for name in ("libcublas.so.*", "libcublasLt.so.*"):
+            for f in sorted(glob.glob(f"{root}/lib64/{name}")):
+                real.setdefault(name, f)
+    if len(real) < 2:
+        pytest.skip(f"no versioned libcublas/libcublasLt in this machine's toolkit: {real}")
+    lib = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    major = real["libcublas.so.*"].split(".so.")[1].split(".")[0]
+    (lib / f"libcublas.so.{major}").symlink_to(real["libcublas.so.*"])
+    (lib / f"libcublasLt.so.{major}").symlink_to(real["libcublasLt.so.*"])
+    proc = subprocess.run([sys.executable, "-c", WHEEL_LAYOUT_PROBE, str(tmp_path / "site")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(lib / f"libcublas.so.{major}")
