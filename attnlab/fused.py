@@ -25,7 +25,7 @@ import numpy as np
 from . import kernels
 from .checks import check_array, check_int, check_qkv, check_shape
 from .device import context
-from .errors import InputError, NoGPUError
+from .errors import InputError, SetupError, UnsupportedGPUError
 from .attention import DeviceBuffers, _qkv_pointers
 from .launch import ceil_div, elementwise_launch
 
@@ -144,6 +144,38 @@ def fused_bytes_needed(B, T, C, NH, backward=True):
     return sum(4 * int(np.prod(s)) for s in fused_buffer_shapes(B, T, C, NH, backward).values())
 
 
+def unsupported_reason(tf32, compute_capability, shared_per_block_optin):
+    """Why the fused kernels cannot run on a GPU of this compute capability (major, minor) and
+    opt-in shared memory per block, or None when they can."""
+    arch = "sm_{}{}".format(*compute_capability)
+    if check_tf32(tf32) and tuple(compute_capability) < (8, 0):
+        return (f"tf32=True needs TF32 tensor cores (compute capability 8.0 or newer); this GPU is "
+                f"{arch}: use tf32=False")
+    need = shared_memory_bytes("flash_backward", tf32)     # the larger of the two
+    if need > shared_per_block_optin:
+        return (f"the fused {'TF32' if tf32 else 'fp32'} kernels need {need:,} bytes of shared "
+                f"memory per block (flash_backward), and this GPU ({arch}) allows "
+                f"{shared_per_block_optin:,}: use the materialized pipeline (attnlab.attention, "
+                f"kernels 1-8) instead")
+    return None
+
+
+def gpu_unsupported_reason(tf32):
+    """unsupported_reason for GPU 0 (None: the fused kernels run here)."""
+    context()
+    import pycuda.driver as cuda
+    dev = cuda.Device(0)
+    return unsupported_reason(tf32, dev.compute_capability(), dev.get_attribute(
+        cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
+
+
+def check_supported(tf32):
+    """UnsupportedGPUError, before any allocation or launch, unless the fused kernels run here."""
+    why = gpu_unsupported_reason(tf32)
+    if why:
+        raise UnsupportedGPUError(why)
+
+
 # ---------------------------------------------------------------------------------------------
 # Buffers
 
@@ -184,25 +216,18 @@ def _function(name, tf32=False):
     """A kernel of flash_attention.cu (or permute.cu), prepared, and allowed the dynamic
     shared memory it needs (over 48 KB is an opt-in)."""
     import pycuda.driver as cuda
-    from .device import arch
     if name in ARG_FORMATS and name.startswith(("permute", "unpermute")):
         fn = kernels.get_function("permute", name)
         fn.prepare(ARG_FORMATS[name])
         return fn
-    if tf32 and _cc_major() < 8:
-        raise InputError(f"tf32=True needs TF32 tensor cores (compute capability 8.0 or newer); "
-                         f"this GPU is {arch()}: use tf32=False")
+    check_supported(tf32)
     fn = kernels.get_function(SOURCE, name, HEAD_SIZE=64, TF32=int(tf32))
     fn.prepare(ARG_FORMATS[name])
     if name in ("flash_forward", "flash_backward"):
         need = shared_memory_bytes(name, tf32)
-        limit = cuda.Device(0).get_attribute(cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-        if need > limit:
-            raise NoGPUError(f"{name} needs {need} bytes of shared memory per block, this GPU "
-                             f"({arch()}) allows {limit}")
         if need > 48 * 1024:
             if not hasattr(fn, "set_attribute"):
-                raise NoGPUError(f"{name} needs {need} bytes of dynamic shared memory (more than "
+                raise SetupError(f"{name} needs {need} bytes of dynamic shared memory (more than "
                                  f"48 KB needs cuFuncSetAttribute): this PyCUDA has no "
                                  f"Function.set_attribute; install pycuda >= 2024.1")
             fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, need)
@@ -212,13 +237,6 @@ def _function(name, tf32=False):
         if carveout is not None and hasattr(fn, "set_attribute"):
             fn.set_attribute(carveout, 100)
     return fn
-
-
-def _cc_major():
-    """The major compute capability of GPU 0 (8 for sm_80 and sm_86, 9 for sm_90)."""
-    context()
-    import pycuda.driver as cuda
-    return cuda.Device(0).compute_capability()[0]
 
 
 def _scale(HS):
@@ -276,6 +294,7 @@ def _checked_inputs(inp, n_head, tf32):
 def gpu_fused_forward(inp, n_head, tf32=False):
     """numpy in, numpy out: ``out`` (B, T, C) of the fused forward."""
     B, T, C, NH = _checked_inputs(inp, n_head, tf32)
+    check_supported(tf32)
     with FusedBuffers(B, T, C, NH, backward=False) as buf:
         buf.set("inp", inp)
         fused_forward(buf, tf32)
@@ -286,6 +305,7 @@ def gpu_fused_backward(dout, inp, n_head, tf32=False):
     """numpy in, numpy out: ``dinp`` (B, T, 3C) of the fused backward (runs the forward first)."""
     B, T, C, NH = _checked_inputs(inp, n_head, tf32)
     check_array("dout", dout, (B, T, C))
+    check_supported(tf32)
     with FusedBuffers(B, T, C, NH) as buf:
         buf.set("inp", inp)
         buf.set("dout", dout)
@@ -307,6 +327,7 @@ def run_cli(args):
     B, T, C, NH = check_fused_shape(args.B, args.T, args.C, args.NH)
     repeats = check_int("--repeats", args.repeats)
     tf32 = check_tf32(bool(args.tf32))
+    check_supported(tf32)
     from . import bench
     from .device import device_info
     from .problem import make_problem
@@ -349,15 +370,24 @@ def run_cli(args):
 
 
 def sanitize_steps(B, T, C, NH):
-    """Run the fused forward and backward once at this shape (fp32, and TF32 on sm_80+), for
-    attnlab.sanitize; returns the kernel sources run ([] when HS is not 64)."""
+    """Run the fused forward and backward once at this shape, in each precision this GPU runs
+    (fp32 and TF32 on sm_80+), for attnlab.sanitize; returns the kernel sources run ([] when HS
+    is not 64 or this GPU runs neither, saying why on stderr)."""
     try:
         check_fused_shape(B, T, C, NH)
     except InputError:
         return []
     from .problem import make_inputs
     inp, dout = make_inputs(B, T, C, NH, seed=0)
-    variants = [False] + ([True] if _cc_major() >= 8 else [])
+    variants = []
+    for tf32 in (False, True):
+        why = gpu_unsupported_reason(tf32)
+        if why:
+            print(f"attnlab.fused: not run under the sanitizer: {why}", file=sys.stderr)
+        else:
+            variants.append(tf32)
+    if not variants:
+        return []
     with FusedBuffers(B, T, C, NH) as buf:
         buf.set("inp", inp)
         buf.set("dout", dout)

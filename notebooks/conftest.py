@@ -1,14 +1,30 @@
-"""nbval runs the notebooks as tests; without a GPU they are skipped, with the reason."""
+"""nbval runs the notebooks as tests. Without a GPU they are skipped, with the reason; on a GPU
+that cannot run the fused kernels (notebook 12: too little shared memory per block, or no TF32
+tensor cores), the cells tagged ``attnlab-needs-fused`` are skipped, with the reason."""
 import pytest
 
 from attnlab.device import gpu_status
 
+NEEDS_FUSED = "attnlab-needs-fused"
+
+
+def _fused_unsupported():
+    """Why this GPU cannot run both fused variants (fp32 and TF32), or None."""
+    from attnlab import fused
+    reasons = [r for r in (fused.gpu_unsupported_reason(tf32) for tf32 in (False, True)) if r]
+    return "; ".join(reasons) or None
+
 
 def pytest_collection_modifyitems(config, items):
     ok, why = gpu_status()
-    if ok:
+    if not ok:
+        skip = pytest.mark.skip(reason=f"notebook needs a CUDA GPU, and there is none here: {why}")
+        for item in items:
+            if str(item.path).endswith(".ipynb"):
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason=f"notebook needs a CUDA GPU, and there is none here: {why}")
-    for item in items:
-        if str(item.path).endswith(".ipynb"):
-            item.add_marker(skip)
+    tagged = [item for item in items
+              if NEEDS_FUSED in getattr(getattr(item, "cell", None), "metadata", {}).get("tags", [])]
+    why = _fused_unsupported() if tagged else None
+    for item in tagged if why else ():
+        item.add_marker(pytest.mark.skip(reason=f"this GPU cannot run the fused kernels: {why}"))

@@ -245,3 +245,47 @@ def test_numpy_helpers(small):
     dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH)
     assert compare(out, small.out, "out", 1e-3).ok
     assert compare(dinp, small.dinp, "dinp", 1e-3).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs that cannot run the fused kernels (no GPU needed)
+
+OPTIN = {"sm_75": (7, 5, 64 * 1024), "sm_80": (8, 0, 163 * 1024), "sm_86": (8, 6, 99 * 1024),
+         "sm_89": (8, 9, 99 * 1024), "sm_90": (9, 0, 227 * 1024)}   # shared memory per block, opt-in
+
+
+@pytest.mark.parametrize("arch", sorted(OPTIN))
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+def test_which_gpus_run_the_fused_kernels(arch, tf32):
+    major, minor, optin = OPTIN[arch]
+    why = fused.unsupported_reason(tf32, (major, minor), optin)
+    if arch != "sm_75":
+        assert why is None
+    elif tf32:
+        assert why.startswith("tf32=True needs TF32 tensor cores (compute capability 8.0 or newer)")
+    else:
+        need = fused.shared_memory_bytes("flash_backward", False)
+        assert why == (f"the fused fp32 kernels need {need:,} bytes of shared memory per block "
+                       f"(flash_backward), and this GPU (sm_75) allows 65,536: use the "
+                       f"materialized pipeline (attnlab.attention, kernels 1-8) instead")
+
+
+def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatch):
+    """On a T4 (sm_75, 64 KB per block) gpu_fused_* and backward 9 raise UnsupportedGPUError
+    before any buffer is allocated or kernel compiled."""
+    from attnlab import UnsupportedGPUError
+    from attnlab.cli import main
+    monkeypatch.setattr(fused, "gpu_unsupported_reason",
+                        lambda tf32: fused.unsupported_reason(tf32, (7, 5), 64 * 1024))
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("allocated on a GPU that cannot run the kernels")
+    monkeypatch.setattr(fused, "FusedBuffers", no_allocation)
+    monkeypatch.setattr("attnlab.problem.make_problem", no_allocation)
+    inp, dout = make_inputs(2, 260, 192, 3)
+    for tf32 in (False, True):
+        with pytest.raises(UnsupportedGPUError, match="sm_75"):
+            fused.gpu_fused_forward(inp, 3, tf32=tf32)
+        with pytest.raises(UnsupportedGPUError, match="sm_75"):
+            fused.gpu_fused_backward(dout, inp, 3, tf32=tf32)
+    assert main(["backward", "9", "--B", "2", "--T", "260", "--C", "192", "--NH", "3"]) == 2
