@@ -42,7 +42,8 @@ def planted(name):
 
 
 def notebook(key):
-    import nbformat
+    nbformat = pytest.importorskip("nbformat", reason="reading the exercise notebooks needs "
+                                                      "nbformat (the [notebooks] extra)")
     return nbformat.read(NOTEBOOKS / f"{key}.ipynb", as_version=4)
 
 
