@@ -113,14 +113,18 @@
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
-// Blocks per SM that the register allocation must allow (what shared memory allows, at most
-// 227 KB per SM: TF32 4 forward / 3 backward blocks; fp32 3 / 2).
-#if TF32
-#define FWD_MIN_BLOCKS 4
-#define BWD_MIN_BLOCKS 3
+// Blocks per SM that the register allocation must allow: what shared memory allows on each
+// architecture (228 KB per SM on sm_90, 164 KB on sm_80, 100 KB on sm_86/89, 1 KB reserved
+// per block). Asking for more blocks than fit would only cap the registers, and spill.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define FWD_MIN_BLOCKS (TF32 ? 4 : 3)
+#define BWD_MIN_BLOCKS (TF32 ? 3 : 2)
+#elif __CUDA_ARCH__ == 800
+#define FWD_MIN_BLOCKS 2
+#define BWD_MIN_BLOCKS (TF32 ? 2 : 1)
 #else
-#define FWD_MIN_BLOCKS 3
-#define BWD_MIN_BLOCKS 2
+#define FWD_MIN_BLOCKS 1
+#define BWD_MIN_BLOCKS 1
 #endif
 
 // ---------------------------------------------------------------------------------------------

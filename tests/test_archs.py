@@ -1,0 +1,204 @@
+"""Every kernel source compiles for every architecture students run (sm_75 T4 ... sm_90 H200),
+with every set of -D defines it is compiled with at run time, and every kernel fits each
+architecture's per-block limits at the block sizes it is launched with (ptxas -v, no GPU).
+
+Each (source, defines) is compiled once, for all its architectures in one nvcc call, and the
+calls run in parallel (module fixture ``reports``).
+"""
+import concurrent.futures
+import os
+import shutil
+
+import pytest
+
+from attnlab import KernelCompileError, fused, kernels
+from attnlab.archs import (ARCHS, LIMITS, TF32_ARCHS, KernelReport, builds, launches,
+                           parse_ptxas, ptxas_report, registers_per_block, violations)
+from attnlab.checks import BLOCK_SIZES
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+BUILDS = builds()
+BUILD_ARCHS = {(source, defines): archs for source, defines, archs in BUILDS}
+FP32 = (("HEAD_SIZE", 64), ("TF32", 0))
+TF32 = (("HEAD_SIZE", 64), ("TF32", 1))
+TF32_ON_SM75 = ("flash_attention", TF32, ("sm_75",))   # must not compile: #error below sm_80
+
+# fp32 flash_forward / flash_backward need more shared memory than a T4's 64 KB opt-in
+# maximum (the library refuses to launch them there): test_fp32_flash_kernels_do_not_fit_sm75.
+SHARED_MEMORY_TOO_BIG = {("flash_attention", FP32, "sm_75", "flash_forward"),
+                         ("flash_attention", FP32, "sm_75", "flash_backward")}
+
+
+def build_id(source, defines):
+    return "-".join([source] + [f"{k}={v}" for k, v in defines])
+
+
+def _compile(source, defines, archs):
+    return ptxas_report(kernels.kernel_source(source), f"kernels/{source}.cu", defines, archs)
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """{(source, defines, archs): ptxas_report or the exception it raised}, for BUILDS and
+    TF32_ON_SM75; the slow flash_attention compiles are started first."""
+    jobs = sorted(BUILDS + [TF32_ON_SM75], key=lambda b: b[0] != fused.SOURCE)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {job: pool.submit(_compile, *job) for job in jobs}
+        return {job: f.exception() or f.result() for job, f in futures.items()}
+
+
+def report_of(reports, source, defines, archs=None):
+    result = reports[(source, defines, archs or BUILD_ARCHS[(source, defines)])]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# No nvcc needed
+
+def test_the_builds_are_the_run_time_ones():
+    """Kernels 6-8 once per block size, flash_attention fp32 everywhere and TF32 on sm_80+,
+    every other source once with no defines; all for all five architectures."""
+    assert ARCHS == ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+    assert TF32_ARCHS == ARCHS[1:]
+    sources = sorted(p.stem for p in kernels.KERNEL_DIR.glob("*.cu"))
+    expected = []
+    for source in sources:
+        if source == "flash_attention":
+            expected += [(source, FP32, ARCHS), (source, TF32, TF32_ARCHS)]
+        elif source in ("softmax_backward6", "softmax_backward7", "softmax_backward8"):
+            expected += [(source, (("BLOCK_SIZE", bs),), ARCHS) for bs in BLOCK_SIZES]
+        else:
+            expected.append((source, (), ARCHS))
+    assert sorted(BUILDS) == sorted(expected)
+    assert {"permute", "softmax_forward", "flash_attention"} <= set(sources)
+
+
+def test_launch_geometry():
+    assert launches("softmax_backward3", (), "softmax_autoregressive_backward_kernel3") == \
+        [(bs, 0) for bs in BLOCK_SIZES]
+    assert launches("softmax_backward7", (("BLOCK_SIZE", 64),), "k") == [(64, 0)]
+    for defines, tf32 in ((FP32, False), (TF32, True)):
+        for name in ("flash_forward", "flash_backward"):
+            assert launches("flash_attention", defines, name) == \
+                [(fused.THREADS, fused.shared_memory_bytes(name, tf32))]
+        assert launches("flash_attention", defines, "flash_backward_preprocess") == [(256, 0)]
+
+
+def test_limits():
+    kb = 1024
+    optin = {"sm_75": 64, "sm_80": 163, "sm_86": 99, "sm_89": 99, "sm_90": 227}
+    per_sm = {"sm_75": 64, "sm_80": 164, "sm_86": 100, "sm_89": 100, "sm_90": 228}
+    warps = {"sm_75": 32, "sm_80": 64, "sm_86": 48, "sm_89": 48, "sm_90": 64}
+    blocks = {"sm_75": 16, "sm_80": 32, "sm_86": 16, "sm_89": 24, "sm_90": 32}
+    assert set(LIMITS) == set(ARCHS)
+    for arch, lim in LIMITS.items():
+        assert (lim.max_threads_per_block, lim.max_registers_per_thread) == (1024, 255)
+        assert lim.registers_per_sm == lim.registers_per_block == 64 * kb
+        assert lim.max_static_shared_per_block == 48 * kb
+        assert lim.max_shared_per_block_optin == optin[arch] * kb
+        assert lim.shared_per_sm == per_sm[arch] * kb
+        assert (lim.max_warps_per_sm, lim.max_blocks_per_sm) == (warps[arch], blocks[arch])
+
+
+def test_parse_ptxas():
+    text = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k8' for 'sm_75'
+ptxas info    : Function properties for k8
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 30 registers, used 1 barriers, 128 bytes smem, 392 bytes cmem[0]
+ptxas info    : Compile time = 9.1 ms
+ptxas info    : 10 bytes gmem
+ptxas info    : Compiling entry function 'k8' for 'sm_90'
+ptxas info    : Function properties for k8
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 27 registers, used 0 barriers
+"""
+    assert parse_ptxas(text) == {
+        "sm_75": {"k8": KernelReport(30, 128, 8, 4, 12, 392, 1)},
+        "sm_90": {"k8": KernelReport(27, 0, 0, 0, 0, None, 0)}}
+
+
+def test_violations():
+    def kernel(registers=32, smem=0):
+        return KernelReport(registers, smem, 0, 0, 0, None, 0)
+    assert violations(kernel(64), "sm_75", 1024) == []
+    assert registers_per_block(65, 1024) == 72 * 1024        # per warp: 65*32 -> 2304
+    assert violations(kernel(65), "sm_90", 1024) == \
+        ["65 registers x 1024 threads = 73728 per block (allocated per warp) > 65536"]
+    assert violations(kernel(255), "sm_90", 256) == []
+    assert violations(kernel(), "sm_90", 2048) == ["2048 threads > 1024 per block"]
+    assert violations(kernel(smem=48 * 1024), "sm_75", 32) == []
+    assert "static shared" in violations(kernel(smem=48 * 1024 + 4), "sm_90", 32)[0]
+    assert violations(kernel(smem=1024), "sm_75", 128, 63 * 1024) == []
+    assert violations(kernel(smem=1024), "sm_75", 128, 63 * 1024 + 4) == \
+        ["1024 B static + 64516 B dynamic shared = 65540 B > 65536 B per block (sm_75, "
+         "opt-in maximum)"]
+
+
+# ---------------------------------------------------------------------------------------------
+# nvcc: compile each build for its architectures, check ptxas's report against the limits
+
+@needs_nvcc
+@pytest.mark.parametrize("build", BUILDS, ids=[build_id(s, d) for s, d, _ in BUILDS])
+def test_compiles(reports, build):
+    source, defines, archs = build
+    report = report_of(reports, *build)
+    assert sorted(report) == sorted(archs)
+    declared = set(kernels.kernel_names(kernels.kernel_source(source)))
+    for arch in archs:
+        assert set(report[arch]) == declared, arch
+
+
+@needs_nvcc
+def test_tf32_needs_sm80(reports):
+    with pytest.raises(KernelCompileError,
+                       match=r"flash_attention\.cu[:(]\d+.*TF32=1 needs compute capability 8\.0"):
+        report_of(reports, *TF32_ON_SM75)
+
+
+FIT_CASES = [(s, d, arch) for s, d, archs in BUILDS for arch in archs]
+FIT_IDS = [f"{build_id(s, d)}-{arch}" for s, d, arch in FIT_CASES]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("source, defines, arch", FIT_CASES, ids=FIT_IDS)
+def test_fits(reports, source, defines, arch):
+    """Registers, registers per block and shared memory, at every block size launched."""
+    report = report_of(reports, source, defines)
+    problems = []
+    for name, kernel in report[arch].items():
+        if (source, defines, arch, name) in SHARED_MEMORY_TOO_BIG:
+            continue
+        for threads, shared in launches(source, defines, name):
+            problems += [f"{name} ({kernel.registers} registers) at {threads} threads, {shared} B "
+                         f"dynamic shared: {v}" for v in violations(kernel, arch, threads, shared)]
+    assert problems == []
+
+
+@needs_nvcc
+@pytest.mark.parametrize("source, defines, arch", FIT_CASES,
+                         ids=[f"{build_id(s, d)}-{a}" for s, d, a in FIT_CASES])
+def test_no_spills(reports, source, defines, arch):
+    """No stack frame and no spill stores/loads, in any kernel on any architecture (the flash
+    kernels' __launch_bounds__ ask each architecture for the blocks its shared memory fits)."""
+    report = report_of(reports, source, defines)
+    spilled = {name: (k.stack, k.spill_stores, k.spill_loads) for name, k in report[arch].items()
+               if (k.stack, k.spill_stores, k.spill_loads) != (0, 0, 0)}
+    assert spilled == {}, "(stack, spill stores, spill loads) bytes"
+
+
+@needs_nvcc
+def test_fp32_flash_kernels_do_not_fit_sm75(reports):
+    """fp32 flash_forward (71 KB) and flash_backward (81.5 KB) need more shared memory than
+    sm_75's 64 KB per block: the library refuses them on a T4. They fit sm_80 and newer."""
+    report = report_of(reports, "flash_attention", FP32)
+    for name in ("flash_forward", "flash_backward"):
+        [(threads, shared)] = launches("flash_attention", FP32, name)
+        assert shared > LIMITS["sm_75"].max_shared_per_block_optin
+        [problem] = violations(report["sm_75"][name], "sm_75", threads, shared)
+        assert "dynamic shared" in problem and "opt-in maximum" in problem
+        for arch in ARCHS[1:]:
+            assert violations(report[arch][name], arch, threads, shared) == [], (name, arch)
