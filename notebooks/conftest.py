@@ -1,6 +1,7 @@
 """nbval runs the notebooks as tests. Without a GPU they are skipped, with the reason; on a GPU
 that cannot run the fused kernels (notebook 12: too little shared memory per block, or no TF32
-tensor cores), the cells tagged ``attnlab-needs-fused`` are skipped, with the reason."""
+tensor cores), the cells tagged ``attnlab-needs-fused`` (those that run the fused kernels or use
+their results) are skipped, with the reason."""
 import pytest
 
 from attnlab.device import gpu_status

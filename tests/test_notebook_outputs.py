@@ -171,10 +171,10 @@ ALLOWED = {
         {"GPU name", "time", "bandwidth / FLOP rate", "L2 cache"},
         "counts computed from the shape, and floors from hard-coded H200 datasheet constants: "
         "nothing is read from the device, the output is the same on any GPU"),
-    ("12_fused_attention_backward.ipynb", "SMEM_PER_SM = 228 * 1024"): (
+    ("12_fused_attention_backward.ipynb", "from attnlab.archs import LIMITS"): (
         {"occupancy / per SM"},
-        "'blocks per SM fit' divides a hard-coded H100/H200 shared-memory size by the kernels' "
-        "shared-memory bytes (constants of the kernels), not a device query"),
+        "'blocks per SM' per architecture, from attnlab.archs.LIMITS (the programming guide's "
+        "table) and the kernels' shared-memory bytes: constants, not a device query"),
 }
 
 
