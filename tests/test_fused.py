@@ -96,18 +96,31 @@ def test_tile_counts_and_grids(T, tiles):
         assert grid[0] * 16 >= 48 * T > (grid[0] - 1) * 16 and block == (256, 1, 1) and shared == 0
 
 
-def test_shared_memory_fits_the_blocks_per_sm_the_kernels_assume():
-    """H100/H200: 228 KB of shared memory per SM (1 KB of it reserved per block), at most
-    227 KB per block; the __launch_bounds__ minimum blocks per SM should fit."""
-    assumed = {("flash_forward", True): 4, ("flash_backward", True): 3,
-               ("flash_forward", False): 3, ("flash_backward", False): 2}
-    for (name, tf32), blocks in assumed.items():
-        n = fused.shared_memory_bytes(name, tf32)
-        assert n % 16 == 0 and 48 * 1024 < n <= 227 * 1024
-        assert blocks * (n + 1024) <= 228 * 1024, (name, tf32, n)
+def test_launch_bounds_ask_each_arch_for_the_blocks_its_shared_memory_fits():
+    """The minimum blocks per SM in flash_attention.cu's __launch_bounds__ are, per architecture,
+    the most blocks that shared memory fits (1 KB of an SM's reserved per block): fewer would
+    leave registers unused, more would only cap the registers and spill."""
+    from attnlab.archs import LIMITS
     text = kernels.kernel_source("flash_attention")
-    assert re.search(r"#if TF32\s+#define FWD_MIN_BLOCKS 4\s+#define BWD_MIN_BLOCKS 3\s+#else\s+"
-                     r"#define FWD_MIN_BLOCKS 3\s+#define BWD_MIN_BLOCKS 2", text)
+    assert re.search(r"#if !defined\(__CUDA_ARCH__\) \|\| __CUDA_ARCH__ >= 900\s+"
+                     r"#define FWD_MIN_BLOCKS \(TF32 \? 4 : 3\)\s+#define BWD_MIN_BLOCKS \(TF32 \? 3 : 2\)\s+"
+                     r"#elif __CUDA_ARCH__ == 800\s+#define FWD_MIN_BLOCKS 2\s+"
+                     r"#define BWD_MIN_BLOCKS \(TF32 \? 2 : 1\)\s+#else\s+"
+                     r"#define FWD_MIN_BLOCKS 1\s+#define BWD_MIN_BLOCKS 1\s+#endif", text)
+    assumed = {  # (kernel, tf32): blocks, as written above
+        "sm_90": {("flash_forward", True): 4, ("flash_backward", True): 3,
+                  ("flash_forward", False): 3, ("flash_backward", False): 2},
+        "sm_80": {("flash_forward", True): 2, ("flash_backward", True): 2,
+                  ("flash_forward", False): 2, ("flash_backward", False): 1},
+        "sm_86": dict.fromkeys([(k, t) for k in ("flash_forward", "flash_backward")
+                                for t in (True, False)], 1),
+    }
+    assumed["sm_89"] = assumed["sm_86"]
+    for arch, blocks in assumed.items():
+        per_sm = LIMITS[arch].shared_per_sm
+        for (name, tf32), n in blocks.items():
+            need = fused.shared_memory_bytes(name, tf32) + 1024
+            assert n * need <= per_sm < (n + 1) * need, (arch, name, tf32, n, need)
     assert "#define TS (HS + 8)" in text and fused.TILE_FLOATS == 64 * (64 + 8)
     with pytest.raises(InputError):
         fused.shared_memory_bytes("flash_backward_preprocess", False)
