@@ -172,7 +172,7 @@ ALLOWED = {
         "counts computed from the shape, and floors from hard-coded H200 datasheet constants: "
         "nothing is read from the device, the output is the same on any GPU"),
     ("12_fused_attention_backward.ipynb", "from attnlab.archs import LIMITS"): (
-        {"occupancy / per SM"},
+        {"occupancy / per SM", "compute capability / arch"},
         "'blocks per SM' per architecture, from attnlab.archs.LIMITS (the programming guide's "
         "table) and the kernels' shared-memory bytes: constants, not a device query"),
 }
