@@ -20,7 +20,7 @@ import traceback
 from .checks import (BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel,
                      check_shape, parse_list)
 from .errors import (GPUMemoryError, InputError, NoGPUError, NvccNotFoundError, SetupError,
-                     UnsupportedGPUError)
+                     UnsupportedGPUError, ValidationError)
 from .fused import FUSED_KERNEL
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
 
@@ -191,6 +191,9 @@ def main(argv=None):
     except CANNOT_RUN as e:
         print(f"attnlab: {e}", file=sys.stderr)
         return 2
+    except ValidationError as e:
+        print(f"attnlab: {e}", file=sys.stderr)
+        return 1
     except Exception:                  # anything else is attnlab's bug: say so, and how to report
         traceback.print_exc()
         print(REPORT, file=sys.stderr)

@@ -676,6 +676,17 @@ def test_cli_internal_error_exits_3_saying_how_to_report(monkeypatch, capsys):
     assert "internal error" in err and "Reporting a bug" in err
 
 
+def test_cli_a_wrong_result_raised_as_validation_error_exits_1(monkeypatch, capsys):
+    from attnlab import ValidationError
+    from attnlab import cli as cli_module
+
+    def wrong():
+        raise ValidationError("dinp: 3 of 12 elements outside tol")
+    monkeypatch.setattr(cli_module, "info", wrong)
+    assert cli_module.main(["info"]) == 1
+    assert capsys.readouterr().err == "attnlab: dinp: 3 of 12 elements outside tol\n"
+
+
 def test_cli_help_lists_the_exit_statuses():
     p = cli("--help")
     assert p.returncode == 0
