@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from attnlab import GPUMemoryError, InputError, KernelCompileError, fused, kernels
+from attnlab.archs import ARCHS, LIMITS
 from attnlab.problem import make_inputs
 from attnlab.reference import causal_mask, split_heads
 from attnlab.validate import compare
@@ -235,15 +236,11 @@ def test_numpy_helpers(small):
 # ---------------------------------------------------------------------------------------------
 # GPUs that cannot run the fused kernels (no GPU needed)
 
-OPTIN = {"sm_75": (7, 5, 64 * 1024), "sm_80": (8, 0, 163 * 1024), "sm_86": (8, 6, 99 * 1024),
-         "sm_89": (8, 9, 99 * 1024), "sm_90": (9, 0, 227 * 1024)}   # shared memory per block, opt-in
-
-
-@pytest.mark.parametrize("arch", sorted(OPTIN))
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
 def test_which_gpus_run_the_fused_kernels(arch, tf32):
-    major, minor, optin = OPTIN[arch]
-    why = fused.unsupported_reason(tf32, (major, minor), optin)
+    why = fused.unsupported_reason(tf32, (int(arch[3]), int(arch[4])),
+                                   LIMITS[arch].max_shared_per_block_optin)
     if arch != "sm_75":
         assert why is None
     elif tf32:
