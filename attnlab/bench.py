@@ -3,9 +3,13 @@
 - CUDA events around the work, so we measure the GPU, not Python's launch queue;
 - warm-up calls first, so compilation, module loading and cuBLAS's heuristics are
   not in the numbers;
-- the L2 cache flushed before each repeat (a memset of a buffer the size of L2, as
-  llm.c's benchmark_kernel does), so no repeat profits from the previous one's data;
-- several repeats, reported as min / median / max: one wall-clock timing lies.
+- the L2 cache flushed before each repeat, so no repeat profits from the previous one's
+  data: by reading a buffer twice the size of L2 (kernels/l2_flush.cu), which leaves only
+  clean lines behind; llm.c's memset flush leaves dirty lines that the timed call must write
+  back (notebook 00 measures the two);
+- several repeats, reported as median and quartiles (and min / max): one timing lies;
+- two kernels compared in one run, interleaved (A B A B ...), so that a drift of the GPU's
+  clock or temperature falls on both (``interleaved``).
 """
 from dataclasses import asdict, dataclass
 
@@ -25,60 +29,163 @@ class Timing:
     repeats: int
     times_ms: list
 
+    @classmethod
+    def of(cls, times_ms):
+        t = np.asarray(times_ms, dtype=float)
+        return cls(float(np.median(t)), float(t.min()), float(t.max()), len(t), list(map(float, t)))
+
+    @property
+    def quartiles_ms(self):
+        """(first quartile, third quartile) of the repeats: the IQR's ends."""
+        q1, q3 = np.percentile(self.times_ms, [25, 75])
+        return float(q1), float(q3)
+
     def __str__(self):
-        return (f"{self.median_ms:9.4f} ms (min {self.min_ms:.4f}, max {self.max_ms:.4f}, "
-                f"{self.repeats} repeats)")
+        q1, q3 = self.quartiles_ms
+        return (f"{self.median_ms:9.4f} ms (IQR {q1:.4f}-{q3:.4f}, min {self.min_ms:.4f}, "
+                f"max {self.max_ms:.4f}, {self.repeats} repeats)")
 
     def as_dict(self):
         return asdict(self)
 
 
-class L2Flusher:
-    """A device buffer as large as the L2 cache; ``flush()`` overwrites it."""
+FLUSHES = ("read", "memset")
 
-    def __init__(self):
+
+class L2Flusher:
+    """Empties the L2 cache: ``method="read"`` reads a buffer twice L2's size (the default),
+    ``"memset"`` overwrites one L2's size, as llm.c does (leaving dirty lines behind)."""
+
+    def __init__(self, method="read"):
+        if method not in FLUSHES:
+            raise InputError(f"flush must be one of {FLUSHES}, got {method!r}")
         context()
         import pycuda.driver as cuda
-        self.nbytes = device_info()["l2_cache_bytes"]
+        from .kernels import get_function
+        self.method = method
+        l2 = device_info()["l2_cache_bytes"]
+        self.nbytes = 2 * l2 if method == "read" else l2
         self.buf = cuda.mem_alloc(self.nbytes)
+        self.out = cuda.mem_alloc(4)
+        cuda.memset_d32(self.buf, 0, self.nbytes // 4)
         self._memset = cuda.memset_d32
+        self._read = get_function("l2_flush", "l2_flush_read_kernel")
+        self._sms = device_info()["sms"]
 
     def flush(self):
-        self._memset(self.buf, 0, self.nbytes // 4)
+        if self.method == "memset":
+            self._memset(self.buf, 0, self.nbytes // 4)
+        else:
+            self._read(self.buf, np.int64(self.nbytes // 16), np.float32(-1.0), self.out,
+                       grid=(4 * self._sms, 1, 1), block=(512, 1, 1))
 
     def free(self):
         self.buf.free()
+        self.out.free()
 
 
-def benchmark(fn, repeats=10, warmup=2, flush_l2=True):
-    """Time ``fn()`` (which launches GPU work) and return a Timing."""
+def _check_fn(name, fn):
     if not callable(fn):
-        raise InputError(f"fn must be callable (a function that launches the GPU work), "
+        raise InputError(f"{name} must be callable (a function that launches the GPU work), "
                          f"got {type(fn).__name__} {fn!r}")
+
+
+def interleaved(fns, repeats=20, warmup=2, flush_l2=True, flush="read"):
+    """Time several pieces of GPU work in turns (A B A B ...): {name: Timing}.
+
+    ``fns`` maps a name to a function that launches the work. Before each timed call the L2
+    cache is flushed (``flush``: "read" or "memset", see L2Flusher) unless ``flush_l2`` is
+    False; the flush is outside the two events.
+    """
+    if not isinstance(fns, dict) or not fns:
+        raise InputError(f"fns must be a non-empty dict of name -> function, got {fns!r}")
+    for name, fn in fns.items():
+        _check_fn(f"fns[{name!r}]", fn)
     repeats = check_int("repeats", repeats)
     warmup = check_int("warmup", warmup, minimum=0)
     context()
     import pycuda.driver as cuda
-    for _ in range(warmup):
-        fn()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     cuda.Context.synchronize()
-    flusher = L2Flusher() if flush_l2 else None
+    flusher = L2Flusher(flush) if flush_l2 else None
     start, stop = cuda.Event(), cuda.Event()
-    times = []
+    times = {name: [] for name in fns}
     try:
         for _ in range(repeats):
-            if flusher:
-                flusher.flush()
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(stop.time_since(start))
+            for name, fn in fns.items():
+                if flusher:
+                    flusher.flush()
+                start.record()
+                fn()
+                stop.record()
+                stop.synchronize()
+                times[name].append(stop.time_since(start))
     finally:
         if flusher:
             flusher.free()
-    t = np.array(times)
-    return Timing(float(np.median(t)), float(t.min()), float(t.max()), repeats, times)
+    return {name: Timing.of(t) for name, t in times.items()}
+
+
+def flush_effect(fn, repeats=50, warmup=2):
+    """Time ``fn()`` after no flush, after a read flush and after a memset flush, in turns:
+    {"none" | "read" | "memset": Timing}. Notebook 00 uses it to check the flush: a memset
+    leaves dirty lines in L2, and a call that must write them back runs slower after it."""
+    _check_fn("fn", fn)
+    repeats = check_int("repeats", repeats)
+    context()
+    import pycuda.driver as cuda
+    for _ in range(check_int("warmup", warmup, minimum=0)):
+        fn()
+    flushers = {m: L2Flusher(m) for m in FLUSHES}
+    start, stop = cuda.Event(), cuda.Event()
+    times = {"none": [], **{m: [] for m in FLUSHES}}
+    try:
+        for _ in range(repeats):
+            for method in times:
+                if method != "none":
+                    flushers[method].flush()
+                start.record()
+                fn()
+                stop.record()
+                stop.synchronize()
+                times[method].append(stop.time_since(start))
+    finally:
+        for f in flushers.values():
+            f.free()
+    return {m: Timing.of(t) for m, t in times.items()}
+
+
+def benchmark(fn, repeats=10, warmup=2, flush_l2=True, flush="read"):
+    """Time ``fn()`` (which launches GPU work) and return a Timing."""
+    _check_fn("fn", fn)
+    return interleaved({"fn": fn}, repeats, warmup, flush_l2, flush)["fn"]
+
+
+def overlap(a, b):
+    """True when the interquartile ranges of two Timings overlap: not resolved."""
+    (a1, a3), (b1, b3) = a.quartiles_ms, b.quartiles_ms
+    return a1 <= b3 and b1 <= a3
+
+
+def speedup(before, after):
+    """'before / after' of two Timings: (median ratio, low, high), low and high from the
+    quartiles (the slow quarter of ``after`` against the fast quarter of ``before``)."""
+    (b1, b3), (a1, a3) = before.quartiles_ms, after.quartiles_ms
+    return before.median_ms / after.median_ms, b1 / a3, b3 / a1
+
+
+def describe_speedup(before, after, names=("before", "after")):
+    """One line: the ratio of medians with its range, or 'not resolved' when the IQRs overlap."""
+    ratio, low, high = speedup(before, after)
+    if overlap(before, after):
+        return (f"{names[1]} vs {names[0]}: {ratio:.2f}x, not resolved on this GPU "
+                f"(interquartile ranges overlap)")
+    if ratio >= 1:
+        return f"{names[1]} is {ratio:.2f}x faster than {names[0]} (range {low:.2f}-{high:.2f}x)"
+    return (f"{names[1]} is {1 / ratio:.2f}x slower than {names[0]} "
+            f"(range {1 / high:.2f}-{1 / low:.2f}x)")
 
 
 def sweep(fn, block_sizes=BLOCK_SIZES, **kwargs):

@@ -76,6 +76,10 @@ def parser():
     sanitize_arguments(sub.add_parser(
         "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
                          "initcheck, synccheck); see attnlab/sanitize.py"))
+    from .report import add_arguments as report_arguments
+    report_arguments(sub.add_parser(
+        "report", help="measure the series once (ceilings, kernels 1-9, compiler evidence, "
+                       "ncu) into results/<gpu>/; see attnlab/report.py"))
     return p
 
 
@@ -209,6 +213,9 @@ def _command(args):
         return 0 if report() else 2
     if args.command == "info":
         return info()
+    if args.command == "report":
+        from .report import command
+        return command(args)
     result, checks, status = run(args)
     if args.json:
         print(json.dumps(result, indent=2))

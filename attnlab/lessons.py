@@ -1,30 +1,22 @@
 """Helpers shared by notebooks 03–10, one notebook per softmax-backward kernel.
 
-Every one of those notebooks does the same things for its kernel: show the source, describe
-the launch, validate the whole backward against the CPU reference, sweep the block size,
-put the time beside the earlier kernels', and let the reader try a change. The pieces live
-here so that the notebooks stay short and alike; the GPU work goes through
-``attnlab.attention``, ``attnlab.bench`` and ``attnlab.kernels``.
-
-Timings are recorded in a small JSON file beside the CPU reference cache
-(``$ATTNLAB_CACHE/lessons-timings.json``), keyed by GPU, shape, GEMM math and a hash of
-the kernel's source. Later notebooks read the best block size (and kernel 1's single
-call of several seconds) from there instead of sweeping every earlier kernel again.
+Each of those notebooks is a worklog: show what changed, **count** (``count``), predict,
+validate, **measure** with spread, interleaved with the kernel before (``measure``), place
+the time **against the roof** (``against_roof``), show the compiler's **evidence**
+(``compiler_evidence``) and the profiler's (``ncu_evidence``), and explain the gap. The pieces
+live here so that the notebooks stay short and alike; they hold no state. Numbers from other
+notebooks (the best block size of an earlier kernel, kernel 1's seconds-long call) come from
+the committed results of ``python -m attnlab report`` (``committed``), never from a cache.
 """
 import difflib
-import hashlib
-import json
-import os
-import textwrap
-import time
 
 import numpy as np
 
-from . import attention, bench, kernels
+from . import attention, bench, ceilings, counts, evidence, kernels, report
 from .checks import BLOCK_SIZES, KERNELS, check_block_size, check_kernel
 from .errors import InputError
 from .launch import ceil_div, softmax_backward_launch
-from .problem import DEFAULT_SHAPE, cache_dir, make_inputs
+from .problem import DEFAULT_SHAPE, make_inputs
 from .validate import TF32_TOLERANCES, TOLERANCES, validate
 
 DEFAULT = dict(DEFAULT_SHAPE)            # B=4 T=1024 C=768 NH=12: timing and validation
@@ -32,18 +24,6 @@ SMALL = dict(B=2, T=260, C=192, NH=3)    # validation: T not a multiple of any b
 TINY = dict(B=1, T=256, C=768, NH=12)    # where kernel 1 is cheap enough to sweep
 GRADIENTS = ("datt", "dpreatt", "dinp")
 PARTS = ("backward", "softmax")          # the whole attention backward, or the softmax backward alone
-
-TITLES = {
-    1: "naive: a thread per column t3, looping over every (b, h)",
-    2: "one row of blocks per (b, h)",
-    3: "a warp per column t3",
-    4: "8 columns per warp: reuse every load 8 times",
-    5: "no branches in the inner loop",
-    6: "a block per row, products shared through shared memory",
-    7: "the algebra: O(T) work per row",
-    8: "4 rows per block, longest first, streaming loads",
-}
-
 
 # ---------------------------------------------------------------------------- showing
 
@@ -82,122 +62,6 @@ def show_diff(old, new, context=3):
     """What changed in the code from kernel ``old`` to kernel ``new``, as Markdown."""
     from IPython.display import Markdown
     return Markdown(f"```diff\n{diff_text(old, new, context)}\n```")
-
-
-def _wrap(text, indent="  "):
-    return textwrap.fill(" ".join(text.split()), width=92, initial_indent=indent,
-                         subsequent_indent=indent)
-
-
-def _n(count, noun):
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
-
-
-def _idle(count, noun):
-    """The sentence about threads or warps past the end, or nothing when there are none."""
-    if count == 0:
-        return ""
-    verb = "has" if count == 1 else "have"
-    return f"{_n(count, noun)} {verb} t3 >= T and exit at once. "
-
-
-def describe_launch(kernel, B, T, NH, block_size=256):
-    """A paragraph: the grid, the block, and what each thread, warp or block does."""
-    kernel = check_kernel(kernel)
-    bs = check_block_size(block_size)
-    grid, block, defines = softmax_backward_launch(kernel, B, T, NH, bs)
-    bh = B * NH
-    wpb = bs // 32
-    blocks = grid[0] * grid[1] * grid[2]
-    threads = blocks * bs
-    head = [f"kernel {kernel} at B={B} T={T} NH={NH}, block size {bs}:",
-            f"  grid {grid}, block {block}: {blocks:,} blocks of {bs} threads "
-            f"({_n(wpb, 'warp')}) = {threads:,} threads, {_n(threads // 32, 'warp')}"]
-    if defines:
-        flags = " ".join(f"-D{k}={v}" for k, v in defines.items())
-        head.append(f"  compiled with {flags}: the block size is a compile-time constant")
-    if kernel == 1:
-        role = (f"The grid is a single row of blocks. Thread t3 = blockIdx.x*{bs} + threadIdx.x "
-                f"owns column t3 of all {bh} (b, h) matrices: it loops over the {bh} of them and, "
-                f"in each, over the rows t = t3..{T - 1}, summing t+1 terms per row. "
-                f"{_idle(threads - T, 'thread')}The busiest thread "
-                f"(t3 = 0) computes {bh * T:,} outputs and {bh * T * (T + 1) // 2:,} terms, "
-                f"one after the other.")
-    elif kernel == 2:
-        role = (f"blockIdx.y = b*NH + h picks one of the {bh} (b, h) matrices. Thread "
-                f"t3 = blockIdx.x*{bs} + threadIdx.x owns column t3 of that matrix and loops "
-                f"over its rows t = t3..{T - 1}. {_idle(threads - bh * T, 'thread')}"
-                f"The busiest thread (t3 = 0) computes {T:,} outputs and "
-                f"{T * (T + 1) // 2:,} terms; the thread of t3 = {T - 1} computes one output.")
-    elif kernel == 3:
-        role = (f"blockIdx.y = b*NH + h picks the (b, h) matrix. Each warp owns one column: "
-                f"t3 = blockIdx.x*{wpb} + (warp rank in the block). For each row "
-                f"t = t3..{T - 1} its 32 lanes take t2 = lane, lane+32, ... <= t, so one load "
-                f"instruction of the warp reads 32 consecutive floats of one row; a warp "
-                f"reduction adds up the 32 partial sums and lane 0 stores dpreatt[t3]. "
-                f"{_idle(threads // 32 - bh * T, 'warp')}The busiest "
-                f"warp (t3 = 0) visits {T:,} rows, the longest in {ceil_div(T, 32)} steps of 32.")
-    elif kernel in (4, 5):
-        role = (f"blockIdx.y = b*NH + h picks the (b, h) matrix. Each warp owns the 8 adjacent "
-                f"columns t3..t3+7, t3 = 8*(blockIdx.x*{wpb} + warp rank). For each row "
-                f"t = t3..{T - 1} the lanes split t2 as in kernel 3, and each att[t2], datt[t2] "
-                f"a lane loads serves 8 running sums held in registers; then 8 warp "
-                f"reductions, and lane k stores column t3+k if t3+k <= t. "
-                f"{_idle(threads // 32 - bh * ceil_div(T, 8), 'warp')}")
-        if T % 8:
-            what = ("every access to them is skipped" if kernel == 4 else
-                    "its loads of att[t3+k] are clipped to att[min(t, t3+k)], inside the row, "
-                    "and the stores skipped")
-            role += (f"The last warp of each (b, h) has t3 = {T - T % 8}: its columns {T}.."
-                     f"{T - T % 8 + 7} do not exist; {what}. ")
-        if kernel == 5:
-            role += "(The same geometry as kernel 4: only the loop inside changed.)"
-    elif kernel == 6:
-        nt = ceil_div(T, bs)
-        role = (f"blockIdx.x = t and blockIdx.y = b*NH + h: one block per row (b, h, t). Thread i "
-                f"owns the columns t3 = i, i+{bs}, ... <= t, one tile of {bs} columns at a "
-                f"time. For each tile of {bs} values of t2, every thread first puts one product "
-                f"att[t2]*datt[t2] into the shared array p_s ({4 * bs:,} bytes), then every thread "
-                f"reads all of them. Row t takes ceil((t+1)/{bs}) tiles each way: the longest "
-                f"row runs {nt} x {nt} tile steps; in row t = 0 one thread of {bs} has a column.")
-    elif kernel == 7:
-        role = (f"blockIdx.x = t and blockIdx.y = b*NH + h: one block per row (b, h, t). Pass 1: "
-                f"thread i sums att[t2]*datt[t2] over t2 = i, i+{bs}, ... <= t; warp reductions, "
-                f"then one more over the {wpb} per-warp sums in shared memory, give S. Pass 2: "
-                f"thread i writes dpreatt[t3] = scale*att[t3]*(datt[t3] - S) for "
-                f"t3 = i, i+{bs}, ... <= t. The longest row takes {ceil_div(T, bs)} steps per "
-                f"pass; rows t < {bs - 1} leave threads idle.")
-    else:
-        role = (f"blockIdx.y = b*NH + h. Block x handles the 4 rows t = {T - 1}-4x down to "
-                f"{T - 4}-4x of its (b, h), so block 0 gets the longest rows: {T // 4:,} blocks "
-                f"per (b, h). Each row is done as in kernel 7 (a block reduction for S, then a "
-                f"pass with streaming loads and stores that writes dpreatt), with a barrier "
-                f"between the rows.")
-    return "\n".join(head + [_wrap(role)])
-
-
-def work(B, T, C, NH):
-    """Counts for one problem: outputs, O(T^3) terms, GEMM multiply-adds, bytes."""
-    bh = B * NH
-    lower = bh * T * (T + 1) // 2                  # elements t3 <= t of one (B, NH, T, T) tensor
-    return {
-        "outputs": lower,
-        "terms": bh * T * (T + 1) * (2 * T + 1) // 6,   # sum over rows of (t+1)^2
-        "gemm_macs": 4 * bh * T * T * (C // NH),
-        "softmax_bytes": 3 * 4 * lower,            # read att, datt, write dpreatt (lower triangles)
-    }
-
-
-def work_summary(B, T, C, NH):
-    """The counts of ``work`` as a few lines of text."""
-    w = work(B, T, C, NH)
-    return "\n".join([
-        f"B={B} T={T} C={C} NH={NH} (head size {C // NH}): {B * NH} (b, h) matrices of {T} x {T}",
-        f"  outputs dpreatt[b,h,t,t3] with t3 <= t:           {w['outputs']:>16,}",
-        f"  terms of the sum over t2 (sum over rows of (t+1)^2): {w['terms']:>14,}",
-        f"  multiply-adds of the four backward GEMMs:          {w['gemm_macs']:>16,}",
-        f"  bytes of att, datt, dpreatt (lower triangles):     {w['softmax_bytes']:>16,}",
-    ])
 
 
 # ---------------------------------------------------------------------------- running
@@ -329,29 +193,16 @@ def time_one(buf, kernel, block_size, part="backward", tf32=False, repeats=None,
     return bench.benchmark(lambda: fn(bs), repeats=repeats, warmup=warmup)
 
 
-def one_call(buf, kernel, block_size, part="backward", tf32=False, record_it=True):
-    """Time a single call (no warm-up: compile the kernel first). For kernel 1's seconds."""
-    fn = runner(buf, kernel, part, tf32)
-    bs = check_block_size(block_size)
-    t = bench.benchmark(lambda: fn(bs), repeats=1, warmup=0)
-    if record_it:
-        record(buf, kernel, {bs: t}, part, tf32)
-    return t
-
-
 def sweep(buf, kernel, block_sizes=BLOCK_SIZES, part="backward", tf32=False, repeats=None,
-          budget_ms=500, record_it=True):
-    """{block_size: Timing} for one kernel; records the best block size (see ``record``)."""
+          budget_ms=500):
+    """{block_size: Timing} for one kernel at each block size."""
     fn = runner(buf, kernel, part, tf32)
     block_sizes = [check_block_size(b) for b in block_sizes]
     warmup = 1
     if repeats is None:
         repeats, warmup = _plan(lambda: fn(block_sizes[0]), budget_ms)
-    timings = {bs: bench.benchmark(lambda bs=bs: fn(bs), repeats=repeats, warmup=warmup)
-               for bs in block_sizes}
-    if record_it:
-        record(buf, kernel, timings, part, tf32)
-    return timings
+    return {bs: bench.benchmark(lambda bs=bs: fn(bs), repeats=repeats, warmup=warmup)
+            for bs in block_sizes}
 
 
 def print_sweeps(sweeps):
@@ -370,128 +221,161 @@ def print_sweeps(sweeps):
               f"min {t.min_ms:.4f}, max {t.max_ms:.4f})")
 
 
-# ---------------------------------------------------------------------------- records
+# ---------------------------------------------------------------------------- the worklog
 
-_device_name = None
-
-
-def _device():
-    global _device_name
-    if _device_name is None:
-        from .device import device_info
-        _device_name = device_info()["name"]
-    return _device_name
+def committed(kernel):
+    """Kernel ``kernel``'s entry in the committed results/h200/kernels.json (best block size,
+    timings with their quartiles, count, evidence), measured by ``python -m attnlab report``."""
+    return report.load("kernels")["kernels"][str(kernel)]
 
 
-def record_path():
-    """The JSON file where the lessons keep their best timings."""
-    return cache_dir() / "lessons-timings.json"
+def this_gpu_ceilings():
+    """The measured ceilings: results/h200/ceilings.json on an H200, measured now elsewhere."""
+    return ceilings.for_this_gpu(report.results_dir() / "ceilings.json")
 
 
-def record_key(shape, kernel, part="backward", tf32=False, device=None):
-    """GPU | shape | part | GEMM math | kernel | hash of the kernel's source."""
-    src = kernels.kernel_source(source_name(kernel))
-    digest = hashlib.sha1(src.encode()).hexdigest()[:12]
-    s = " ".join(f"{k}={shape[k]}" for k in ("B", "T", "C", "NH"))
-    return (f"{device or _device()} | {s} | {part} | {'tf32' if tf32 else 'fp32'} | "
-            f"kernel {kernel} | {digest}")
+def count(kernel, block_size, shape=DEFAULT):
+    """Print the count of one call of the softmax backward alone; return the Count."""
+    c = counts.count(kernel, shape["B"], shape["T"], shape["NH"], block_size)
+    print(counts.describe(c))
+    return c
 
 
-def _shape(buf):
-    return dict(B=buf.B, T=buf.T, C=buf.C, NH=buf.NH)
+def floors(c, ceil):
+    """Print the shortest times the measured ceilings allow for Count ``c``, and which binds."""
+    f = counts.floors(c, ceil)
+    print(f"floors for kernel {c.kernel} at block size {c.block_size} on the measured ceilings "
+          f"of {ceil['gpu']}:")
+    for k, label in (("dram", "DRAM traffic at the copy bandwidth"),
+                     ("loads", "loads at the shared-memory load rate"),
+                     ("multiply_adds", "multiply-adds at the FMA rate")):
+        print(f"  {label:<38} {f[k]:12.4f} ms")
+    top = max(f, key=f.get)
+    print(f"  the highest floor is the {top.replace('_', '-')} one: {f[top]:.4f} ms")
+    return f
 
 
-def _load_records():
-    try:
-        return json.loads(record_path().read_text())
-    except (OSError, ValueError):
-        return {}
+def _iqr(t):
+    q1, q3 = t.quartiles_ms
+    return f"{q1:.4f}-{q3:.4f}"
 
 
-def record(buf, kernel, timings, part="backward", tf32=False):
-    """Keep the best of ``timings`` ({block_size: Timing}) for this GPU, shape and kernel."""
-    bs, t = bench.best(timings)
-    records = _load_records()
-    records[record_key(_shape(buf), kernel, part, tf32)] = {
-        "block_size": bs, "median_ms": t.median_ms, "min_ms": t.min_ms, "max_ms": t.max_ms,
-        "repeats": t.repeats, "times_ms": list(t.times_ms),
-        "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    path = record_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+def measure(buf, runs, part="softmax", repeats=None):
+    """Time several (kernel, block size) runs interleaved (A B A B ...) and print median, IQR
+    and min-max of each, then each run against the first. ``runs`` = {label: (kernel, bs)}.
+    Repeats: >= 20, >= 50 when a call takes under 1 ms. Returns {label: Timing}."""
+    fns = {label: (lambda f=runner(buf, k, part), b=check_block_size(bs): f(b))
+           for label, (k, bs) in runs.items()}
+    if repeats is None:
+        probe = max(bench.benchmark(fn, repeats=1, warmup=1).median_ms for fn in fns.values())
+        repeats = report.repeats_for(probe)
+    timings = bench.interleaved(fns, repeats=repeats)
+    what = "softmax backward alone" if part == "softmax" else "whole attention backward"
+    print(f"{what}, B={buf.B} T={buf.T} C={buf.C} NH={buf.NH}, {repeats} interleaved repeats, "
+          f"L2 flushed before each")
+    print(f"{'run':>24} | {'median ms':>10} | {'IQR ms':>17} | {'min-max ms':>17}")
+    for label, t in timings.items():
+        print(f"{label:>24} | {t.median_ms:10.4f} | {_iqr(t):>17} | "
+              f"{f'{t.min_ms:.4f}-{t.max_ms:.4f}':>17}")
+    labels = list(timings)
+    for label in labels[1:]:
+        print(bench.describe_speedup(timings[labels[0]], timings[label], (labels[0], label)))
+    return timings
 
 
-def recorded(shape, kernel, part="backward", tf32=False):
-    """(block_size, Timing, when) recorded for this GPU, shape and kernel source, or None."""
-    r = _load_records().get(record_key(shape, kernel, part, tf32))
-    if not r:
-        return None
-    t = bench.Timing(r["median_ms"], r["min_ms"], r["max_ms"], r["repeats"], r["times_ms"])
-    return r["block_size"], t, r["when"]
+def against_roof(c, timing, ceil):
+    """Print what a measured Timing achieves against the ceilings, for Count ``c``."""
+    r = counts.roof(c, timing.median_ms, ceil)
+    f = counts.floors(c, ceil)
+    print(f"kernel {c.kernel} at block size {c.block_size}: {timing.median_ms:.4f} ms (median)")
+    rows = (("DRAM-equivalent", "dram", "GB/s", 1e9, ceil["copy"]["median"] / 1e9),
+            ("loads issued", "loads", "GB/s", 1e9, ceil["shared_load"]["median"] / 1e9),
+            ("multiply-adds", "multiply_adds", "G/s", 1e9, ceil["fma"]["median"] / 1e9))
+    for label, key, unit, scale, top in rows:
+        print(f"  {label:<16} {r[key]['rate'] / scale:12,.0f} {unit} = {r[key]['fraction']:6.1%} "
+              f"of {top:,.0f} {unit}; floor {f[key]:.4f} ms")
+    top = max(f, key=f.get)
+    print(f"  measured / highest floor ({top.replace('_', '-')}): "
+          f"{timing.median_ms / f[top]:.2f}x")
+    return r
 
 
-def best_block_size(buf, kernel, part="backward", tf32=False):
-    """The recorded best block size, or a quick sweep (3 repeats) to find and record it."""
-    r = recorded(_shape(buf), kernel, part, tf32)
-    if r is not None:
-        return r[0]
-    return bench.best(sweep(buf, kernel, part=part, tf32=tf32, repeats=3))[0]
-
-
-def kernel1_time(buf):
-    """(block_size, Timing, how) of kernel 1's whole backward on ``buf``: the recorded single
-    call, or one call now at the block size that was best on the TINY shape (32 if unknown)."""
-    r = recorded(_shape(buf), 1)
-    if r is not None:
-        return r[0], r[1], f"1 call, recorded {r[2]}"
-    tiny = recorded(TINY, 1)
-    bs = tiny[0] if tiny else 32
-    print(f"kernel 1: no time recorded for this GPU and shape yet (notebook 03 records it); "
-          f"timing one call now at block size {bs}")
-    compile_kernels(1)
-    return bs, one_call(buf, 1, bs), "1 call, now"
-
-
-def compare_kernels(buf, kernel, own, repeats=3):
-    """Whole-backward time of every kernel up to ``kernel``, each at its best block size.
-
-    ``own`` is this notebook's sweep of ``kernel``. Earlier kernels are timed now at the block
-    size their own notebook found best (recorded), except kernel 1, whose single call of
-    seconds is taken from the record. Prints a table; returns {'kernel k': Timing}.
-    """
+def compiler_evidence(kernel, block_sizes=BLOCK_SIZES, sass_block_size=256, loops=2):
+    """Print registers, shared and local bytes, occupancy per block size, and the instruction
+    mix of the innermost loops of the SASS; return the attributes per block size."""
     kernel = check_kernel(kernel)
-    rows = {}
-    for k in range(1, kernel):
-        if k == 1:
-            rows[1] = kernel1_time(buf)
-        else:
-            bs = best_block_size(buf, k)
-            t = time_one(buf, k, bs, repeats=repeats)
-            rows[k] = (bs, t, f"now, {repeats} repeats")
-    bs, t = bench.best(own)
-    rows[kernel] = (bs, t, f"this notebook's sweep, {t.repeats} repeats")
-    print(f"whole attention backward, B={buf.B} T={buf.T} C={buf.C} NH={buf.NH}, fp32 GEMMs")
-    print(f"{'kernel':>6} | {'block size':>10} | {'median ms':>11} | {'vs previous':>12} | timed")
-    prev = None
-    for k, (bs, t, how) in rows.items():
-        speed = f"{prev / t.median_ms:11.2f}x" if prev else f"{'':>12}"
-        print(f"{k:>6} | {bs:>10} | {t.median_ms:11.4f} | {speed} | {how}")
-        prev = t.median_ms
-    first, last = rows[min(rows)][1].median_ms, rows[kernel][1].median_ms
-    if kernel > 1:
-        print(f"kernel {kernel} is {first / last:,.1f}x faster than kernel 1")
-    return {f"kernel {k}": t for k, (bs, t, how) in rows.items()}
+    from .device import arch
+    gpu_arch = arch()
+    attrs = {}
+    print(f"kernel {kernel} on {gpu_arch}")
+    print("block size | registers | shared B | local B | blocks/SM | warps/SM | occupancy | "
+          "limited by")
+    for bs in block_sizes:
+        _, _, defines = softmax_backward_launch(kernel, 4, 1024, 12, bs)
+        a = evidence.attributes(kernels.get_function(source_name(kernel), function_name(kernel),
+                                                     **defines))
+        o = evidence.occupancy(a["registers"], a["shared_bytes"], bs, gpu_arch)
+        attrs[bs] = a
+        print(f"{bs:>10} | {a['registers']:>9} | {a['shared_bytes']:>8} | {a['local_bytes']:>7} | "
+              f"{o['blocks']:>9} | {o['warps']:>8} | {o['occupancy']:>9.0%} | {o['limiter']}")
+    _, _, defines = softmax_backward_launch(kernel, 4, 1024, 12, sass_block_size)
+    found = evidence.sass(source_name(kernel), function_name(kernel), defines, gpu_arch)
+    note = f" (compiled with -DBLOCK_SIZE={sass_block_size})" if defines else ""
+    print(f"innermost loops of the SASS{note}, largest first:")
+    print(evidence.describe_loops(found, loops))
+    return attrs, found
 
 
-def breakdown(buf, kernel_numbers, repeats=10):
+def ladder(upto, part="softmax"):
+    """Print kernels 1..``upto`` from the committed H200 results: block size, median ms and
+    IQR of the softmax backward alone (``part="softmax"``) or of the whole backward with fp32
+    GEMMs (``part="backward"``), and the step from the kernel before. Returns {label: Timing}
+    (median, min and max only) for plots.plot_times."""
+    key = {"softmax": "softmax", "backward": "backward_fp32"}[part]
+    rep = report.load("kernels")
+    what = "softmax backward alone" if part == "softmax" else "whole backward, fp32 GEMMs"
+    print(f"{what}, {rep['device']['name']}, committed results/h200/kernels.json")
+    print(f"{'kernel':>6} | {'block size':>10} | {'median ms':>10} | {'IQR ms':>19} | step")
+    out, prev = {}, None
+    for k in range(1, check_kernel(upto) + 1):
+        e = rep["kernels"][str(k)]
+        s = e[key]
+        step = f"{prev / s['median_ms']:.2f}x" if prev else ""
+        print(f"{k:>6} | {e['block_size']:>10} | {s['median_ms']:10.4f} | "
+              f"{s['q1_ms']:.4f}-{s['q3_ms']:.4f} | {step}")
+        out[f"kernel {k}"] = bench.Timing(s["median_ms"], s["min_ms"], s["max_ms"], s["repeats"], [])
+        prev = s["median_ms"]
+    return out
+
+
+def ncu_evidence(kernel):
+    """Print what Nsight Compute read for this kernel in the committed results (ncu.json):
+    DRAM bytes against the count, achieved occupancy, the top warp stalls."""
+    entry = report.load("ncu")[str(check_kernel(kernel))]
+    if "unavailable" in entry:
+        print(f"ncu could not read counters on the machine that made results/h200: "
+              f"{entry['unavailable']}")
+        return entry
+    m, bs = entry["metrics"], entry["block_size"]
+    c = counts.count(kernel, **{k: DEFAULT[k] for k in ("B", "T", "NH")}, block_size=bs)
+    dram = m["dram__bytes_read.sum"] + m["dram__bytes_write.sum"]
+    print(f"ncu, kernel {kernel} at block size {bs}, one call at the default shape:")
+    print(f"  DRAM bytes read + written: {dram / 1e6:,.1f} MB = {dram / c.dram_bytes:.2f}x the "
+          f"minimum of {c.dram_bytes / 1e6:,.1f} MB")
+    print(f"  achieved occupancy: {m['sm__warps_active.avg.pct_of_peak_sustained_active']:.1f}% "
+          f"of the SM's warp slots")
+    print("  top warp stalls (cycles per issued instruction): " +
+          ", ".join(f"{name} {v:.2f}" for name, v in entry["stalls"]))
+    return entry
+
+
+def breakdown(buf, kernel_numbers, repeats=20):
     """For each kernel: the softmax backward alone, and the whole backward with fp32 and with
-    TF32 GEMMs, each at its best block size. Prints a table; returns {kernel: {name: ms}}."""
+    TF32 GEMMs, at its best block size in the committed results. Prints a table; returns
+    {kernel: {name: ms}}."""
     rows = {}
     for k in kernel_numbers:
-        bs_soft = best_block_size(buf, k, "softmax")
-        bs_whole = best_block_size(buf, k, "backward")
+        bs_soft = bs_whole = committed(k)["block_size"]
         rows[k] = {
             "softmax": time_one(buf, k, bs_soft, "softmax", repeats=repeats).median_ms,
             "fp32": time_one(buf, k, bs_whole, "backward", False, repeats=repeats).median_ms,
@@ -528,27 +412,6 @@ def plot_breakdown(rows, title="", ax=None):
     ax.margins(x=0.2)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
     return ax
-
-
-# ---------------------------------------------------------------------------- throughput
-
-def peak_bandwidth_gbs():
-    """Theoretical DRAM bandwidth (GB/s) from the memory clock and bus width the driver
-    reports (double data rate)."""
-    from .device import device_info
-    d = device_info()
-    return 2 * d["memory_clock_mhz"] * 1e6 * d["memory_bus_bits"] / 8 / 1e9
-
-
-FP32_LANES_PER_SM = {"sm_70": 64, "sm_75": 64, "sm_80": 64}   # 128 on sm_86 and later
-
-
-def peak_fp32_tflops():
-    """Theoretical FP32 rate (TFLOP/s, an FMA counted as 2) from SMs, lanes and clock."""
-    from .device import device_info
-    d = device_info()
-    lanes = FP32_LANES_PER_SM.get(d["arch"], 128)
-    return d["sms"] * lanes * 2 * d["clock_mhz"] * 1e6 / 1e12
 
 
 # ---------------------------------------------------------------------------- try it
@@ -603,15 +466,15 @@ def check_variant(buf, problem, fn, grid, block):
     validate(buf.get("dpreatt"), problem.dpreatt, "dpreatt")
 
 
-def time_variant(buf, fn, grid, block, repeats=10):
+def time_variant(buf, fn, grid, block, repeats=20):
     """Timing of a variant's softmax backward alone on ``buf``."""
     return bench.benchmark(lambda: launch_variant(buf, fn, grid, block), repeats=repeats)
 
 
-__all__ = ["DEFAULT", "SMALL", "TINY", "TITLES", "BLOCK_SIZES", "KERNELS", "ceil_div",
-           "show_kernel", "show_diff", "describe_launch", "work", "work_summary", "prepare",
-           "prepare_inputs", "compile_kernels", "check_backward", "validate_backward", "validate_block_sizes",
-           "runner", "time_one", "one_call", "sweep", "print_sweeps", "record", "recorded",
-           "best_block_size", "compare_kernels", "breakdown", "plot_breakdown",
-           "peak_bandwidth_gbs", "peak_fp32_tflops", "compile_variant", "check_variant",
-           "time_variant", "launch_variant", "poison_dpreatt"]
+__all__ = ["DEFAULT", "SMALL", "TINY", "BLOCK_SIZES", "KERNELS", "ceil_div", "show_kernel",
+           "show_diff", "prepare", "prepare_inputs", "compile_kernels", "check_backward",
+           "validate_backward", "validate_block_sizes", "runner", "time_one", "sweep",
+           "print_sweeps", "committed", "this_gpu_ceilings", "count", "floors", "measure", "against_roof",
+           "compiler_evidence", "ncu_evidence", "ladder", "breakdown", "plot_breakdown",
+           "compile_variant", "check_variant", "time_variant", "launch_variant",
+           "poison_dpreatt"]

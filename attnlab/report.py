@@ -1,0 +1,267 @@
+"""``python -m attnlab report``: every measurement of the series, once, into results/<gpu>/.
+
+It writes
+- ceilings.json: this GPU's launch cost, copy bandwidth, fp32 multiply-add rate and
+  shared-memory load rate (attnlab.ceilings);
+- kernels.json: for kernels 1-8, the softmax backward alone swept over the block sizes,
+  then, at its best block size, the softmax backward alone and the whole attention backward
+  (fp32 and TF32 GEMMs) timed with >= 20 repeats (>= 50 below 1 ms), the count
+  (attnlab.counts) and the compiler's evidence (attnlab.evidence); for kernel 9, the fused
+  backward in fp32 and TF32. Every kernel is validated against the CPU reference first;
+- ncu.json: Nsight Compute's DRAM bytes, achieved occupancy and warp stalls of kernels 1-8
+  at their best block size, or why ncu could not read them on this machine.
+The README's tables (``readme_tables``) and notebooks 03-11 read these files.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import attention, bench, ceilings, counts, evidence, fused, kernels
+from .checks import BLOCK_SIZES, KERNELS
+from .device import device_info
+from .errors import ValidationError
+from .launch import softmax_backward_launch
+from .problem import DEFAULT_SHAPE, make_inputs, make_problem
+from .validate import TF32_TOLERANCES, TOLERANCES, compare
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+GRADIENTS = ("datt", "dpreatt", "dinp")
+
+
+def results_dir(gpu="h200"):
+    """results/<gpu>/ of the checkout (the committed H200 results by default)."""
+    return RESULTS / gpu
+
+
+def load(name, gpu="h200"):
+    """One committed results file, e.g. load("kernels") for results/h200/kernels.json."""
+    return json.loads((results_dir(gpu) / f"{name}.json").read_text())
+
+
+def repeats_for(ms):
+    """>= 20 repeats, >= 50 for work under a millisecond."""
+    return 50 if ms < 1 else 20
+
+
+def _log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _timing(fn, first_ms):
+    return bench.benchmark(fn, repeats=repeats_for(first_ms), warmup=1 if first_ms > 100 else 3)
+
+
+def _stats(t):
+    q1, q3 = t.quartiles_ms
+    return {"median_ms": t.median_ms, "q1_ms": q1, "q3_ms": q3, "min_ms": t.min_ms,
+            "max_ms": t.max_ms, "repeats": t.repeats}
+
+
+def validate_kernel(buf, problem, kernel, block_size, tf32):
+    """Run the whole backward and compare its three gradients over the whole tensors."""
+    buf.poison_gradients()
+    attention.backward(buf, kernel, block_size, tf32)
+    tol = (TF32_TOLERANCES if tf32 else TOLERANCES)
+    checks = {g: compare(buf.get(g), getattr(problem, g), g, tol[g]) for g in GRADIENTS}
+    bad = [c.detail() for c in checks.values() if not c.ok]
+    if bad:
+        raise ValidationError(f"kernel {kernel} does not validate:\n" + "\n".join(bad))
+    return {g: c.max_abs_err for g, c in checks.items()}
+
+
+def sweep_softmax(buf, kernel):
+    """{block size: median ms} of the softmax backward alone, a quick sweep (1-5 repeats)."""
+    out = {}
+    for bs in BLOCK_SIZES:
+        fn = lambda: attention.softmax_backward(buf, kernel, bs)
+        one = bench.benchmark(fn, repeats=1, warmup=0 if kernel == 1 else 1)
+        if one.median_ms < 50:
+            one = bench.benchmark(fn, repeats=5)
+        out[bs] = one.median_ms
+    return out
+
+
+def measure_kernel(buf, problem, kernel, ceil):
+    """kernels.json's entry for one softmax-backward kernel."""
+    _log(f"kernel {kernel}: validating, sweeping")
+    errors = validate_kernel(buf, problem, kernel, 256, False)
+    sweep = sweep_softmax(buf, kernel)
+    bs = min(sweep, key=sweep.get)
+    soft = _timing(lambda: attention.softmax_backward(buf, kernel, bs), sweep[bs])
+    whole = {m: _timing(lambda: attention.backward(buf, kernel, bs, m == "tf32"), sweep[bs])
+             for m in ("fp32", "tf32")}
+    c = counts.count(kernel, buf.B, buf.T, buf.NH, bs)
+    _, _, defines = softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, bs)
+    name, function = f"softmax_backward{kernel}", f"softmax_autoregressive_backward_kernel{kernel}"
+    attrs = evidence.attributes(kernels.get_function(name, function, **defines))
+    return {
+        "kernel": kernel, "block_size": bs, "sweep_ms": {str(k): v for k, v in sweep.items()},
+        "max_abs_err": errors,
+        "softmax": _stats(soft), "backward_fp32": _stats(whole["fp32"]),
+        "backward_tf32": _stats(whole["tf32"]),
+        "count": c.as_dict(), "floors_ms": counts.floors(c, ceil),
+        "roof": counts.roof(c, soft.median_ms, ceil),
+        "attributes": attrs,
+        "occupancy": {str(b): evidence.occupancy(attrs["registers"], attrs["shared_bytes"], b,
+                                                 device_info()["arch"]) for b in BLOCK_SIZES},
+        "sass_loops": evidence.sass(name, function, defines, device_info()["arch"])[:3],
+    }
+
+
+def measure_fused(shape):
+    """kernels.json's entry for kernel 9: the fused backward, fp32 and TF32, validated."""
+    out = {"kernel": fused.FUSED_KERNEL, "block_size": fused.THREADS}
+    problem = make_problem(**shape)
+    for precision in ("fp32", "tf32"):
+        tf32 = precision == "tf32"
+        if fused.gpu_unsupported_reason(tf32):
+            out[f"backward_{precision}"] = {"unsupported": fused.gpu_unsupported_reason(tf32)}
+            continue
+        with fused.FusedBuffers(**shape) as buf:
+            buf.set("inp", problem.inp)
+            buf.set("dout", problem.dout)
+            fused.fused_forward(buf, tf32)
+            fused.fused_backward(buf, tf32)
+            tol = fused.FUSED_TOLERANCES[precision]
+            check = compare(buf.get("dinp"), problem.dinp, "dinp", tol["dinp"])
+            if not check.ok:
+                raise ValidationError(f"kernel 9 ({precision}) does not validate: {check.detail()}")
+            first = bench.benchmark(lambda: fused.fused_backward(buf, tf32), repeats=3)
+            t = _timing(lambda: fused.fused_backward(buf, tf32), first.median_ms)
+        out[f"backward_{precision}"] = _stats(t) | {"max_abs_err": check.max_abs_err}
+    hs = shape["C"] // shape["NH"]
+    out["flops"] = counts.fused_flops(shape["B"], shape["T"], shape["NH"], hs)
+    return out
+
+
+def ncu_target(kernel, block_size):
+    """What ncu profiles: one call of a softmax-backward kernel at the default shape."""
+    inp, dout = make_inputs(**DEFAULT_SHAPE)
+    with attention.AttentionBuffers(**DEFAULT_SHAPE) as buf:
+        buf.set("inp", inp)
+        buf.set("dout", dout)
+        attention.forward(buf)
+        attention.backward(buf, 8, 256)          # real datt; the kernel under test runs next
+        attention.softmax_backward(buf, kernel, block_size)
+        import pycuda.driver as cuda
+        cuda.Context.synchronize()
+
+
+def measure_ncu(best, path):
+    """ncu.json at ``path``: per kernel, the metrics ncu read, or why it could not (written
+    after each kernel, so that an interrupted run keeps what it read)."""
+    out = {}
+    for kernel, bs in best.items():
+        _log(f"ncu: kernel {kernel} at block size {bs}")
+        metrics, why = evidence.ncu_metrics(
+            f"softmax_autoregressive_backward_kernel{kernel}$",
+            ["-m", "attnlab.report", "--ncu-target", str(kernel), str(bs)])
+        out[str(kernel)] = ({"block_size": bs, "metrics": metrics,
+                             "stalls": evidence.stall_reasons(metrics, top=6)}
+                            if metrics else {"block_size": bs, "unavailable": why})
+        if why:
+            _log(f"  {why}")
+        Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def ncu_step(out):
+    """Profile kernels 1-8 at the best block sizes recorded in out/kernels.json."""
+    entries = json.loads((Path(out) / "kernels.json").read_text())["kernels"]
+    best = {int(k): e["block_size"] for k, e in entries.items() if int(k) in KERNELS}
+    return measure_ncu(best, Path(out) / "ncu.json")
+
+
+def run(out, with_ncu=True, kernel_list=KERNELS):
+    """Measure everything and write out/{ceilings,kernels,ncu}.json."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    d = device_info()
+    _log(f"{d['name']}: measuring the ceilings")
+    ceil = ceilings.measure()
+    (out / "ceilings.json").write_text(json.dumps(ceil, indent=1) + "\n")
+    _log(ceilings.describe(ceil))
+    problem = make_problem(**DEFAULT_SHAPE, progress=True)
+    entries = {}
+    with attention.AttentionBuffers(**DEFAULT_SHAPE) as buf:
+        buf.set("inp", problem.inp)
+        buf.set("dout", problem.dout)
+        attention.forward(buf)
+        for k in kernel_list:
+            entries[str(k)] = measure_kernel(buf, problem, k, ceil)
+    entries[str(fused.FUSED_KERNEL)] = measure_fused(DEFAULT_SHAPE)
+    device = {k: d[k] for k in ("name", "arch", "sms", "clock_mhz", "driver_version",
+                                "cuda_version")}
+    report = {"device": device, "shape": DEFAULT_SHAPE, "seed": 0, "kernels": entries,
+              "command": "python -m attnlab report", "seconds": round(time.time() - started)}
+    (out / "kernels.json").write_text(json.dumps(report, indent=1) + "\n")
+    if with_ncu:
+        ncu_step(out)
+    _log(readme_tables(out))
+    return report
+
+
+# ---------------------------------------------------------------------------- README
+
+def _ms(stats, digits=4):
+    return f"{stats['median_ms']:.{digits}g} ({stats['q1_ms']:.{digits}g}–{stats['q3_ms']:.{digits}g})"
+
+
+def readme_tables(out=None):
+    """The README's H200 table, as Markdown, from kernels.json and ceilings.json."""
+    out = Path(out) if out else results_dir()
+    rep = json.loads((out / "kernels.json").read_text())
+    ceil = json.loads((out / "ceilings.json").read_text())
+    lines = [
+        f"{rep['device']['name']}, B={rep['shape']['B']} T={rep['shape']['T']} "
+        f"C={rep['shape']['C']} NH={rep['shape']['NH']}; median ms (interquartile range) at each "
+        f"kernel's best block size; % of ceiling for the softmax backward alone "
+        f"(copy bandwidth {ceil['copy']['median'] / 1e9:,.0f} GB/s, fp32 "
+        f"{ceil['fma']['median'] / 1e12:.1f} T multiply-adds/s, both measured):",
+        "",
+        "| kernel | block size | softmax backward alone | % of DRAM bandwidth | % of FMA rate "
+        "| whole backward, fp32 GEMMs | whole backward, TF32 GEMMs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k in KERNELS:
+        e = rep["kernels"][str(k)]
+        lines.append(f"| {k} | {e['block_size']} | {_ms(e['softmax'])} | "
+                     f"{e['roof']['dram']['fraction']:.1%} | "
+                     f"{e['roof']['multiply_adds']['fraction']:.1%} | "
+                     f"{_ms(e['backward_fp32'])} | {_ms(e['backward_tf32'])} |")
+    e = rep["kernels"][str(fused.FUSED_KERNEL)]
+    cell = {p: _ms(e[f"backward_{p}"]) if "median_ms" in e[f"backward_{p}"] else "not supported"
+            for p in ("fp32", "tf32")}
+    lines.append(f"| 9 (fused) | {e['block_size']} | – | – | – | {cell['fp32']} | "
+                 f"{cell['tf32']} (tensor cores) |")
+    return "\n".join(lines)
+
+
+def add_arguments(p):
+    """The options of ``python -m attnlab report``."""
+    p.add_argument("--out", default=str(results_dir()), help="folder to write (results/h200)")
+    p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute step")
+    p.add_argument("--readme", action="store_true",
+                   help="only print the README's table from the files in --out")
+    p.add_argument("--ncu-only", action="store_true",
+                   help="only the Nsight Compute step, at the block sizes in --out/kernels.json")
+
+
+def command(args):
+    """Run ``report`` with parsed arguments; returns the exit status."""
+    if args.readme:
+        print(readme_tables(args.out))
+    elif args.ncu_only:
+        ncu_step(args.out)
+    else:
+        run(args.out, with_ncu=not args.no_ncu)
+    return 0
+
+
+if __name__ == "__main__":          # the child process ncu profiles: --ncu-target KERNEL BS
+    p = argparse.ArgumentParser()
+    p.add_argument("--ncu-target", nargs=2, type=int, required=True)
+    ncu_target(*p.parse_args().ncu_target)
