@@ -1,7 +1,11 @@
-"""nbval runs the notebooks as tests. Without a GPU they are skipped, with the reason; on a GPU
+"""nbval runs the notebooks as tests. Without a GPU the notebooks that need one are skipped, with
+the reason; a notebook whose metadata says ``"attnlab": {"needs_gpu": false}`` (notebook 01, the
+CPU reference) runs everywhere, CI included. On a GPU
 that cannot run the fused kernels (notebook 12: too little shared memory per block, or no TF32
 tensor cores), the cells tagged ``attnlab-needs-fused`` (those that run the fused kernels or use
 their results) are skipped, with the reason."""
+import json
+
 import pytest
 
 from attnlab.device import gpu_status
@@ -16,12 +20,20 @@ def _fused_unsupported():
     return "; ".join(reasons) or None
 
 
+def needs_gpu(path, _seen={}):
+    """False only for a notebook whose metadata says ``"attnlab": {"needs_gpu": false}``."""
+    if path not in _seen:
+        with open(path) as f:
+            _seen[path] = json.load(f).get("metadata", {}).get("attnlab", {}).get("needs_gpu", True)
+    return _seen[path]
+
+
 def pytest_collection_modifyitems(config, items):
     ok, why = gpu_status()
     if not ok:
         skip = pytest.mark.skip(reason=f"notebook needs a CUDA GPU, and there is none here: {why}")
         for item in items:
-            if str(item.path).endswith(".ipynb"):
+            if str(item.path).endswith(".ipynb") and needs_gpu(str(item.path)):
                 item.add_marker(skip)
         return
     tagged = [item for item in items
