@@ -240,6 +240,29 @@ def readme_tables(out=None):
     return "\n".join(lines)
 
 
+def fused_table(out=None):
+    """The README's fused-vs-PyTorch table, as Markdown, from fused_vs_torch.json."""
+    out = Path(out) if out else results_dir()
+    rep = json.loads((out / "fused_vs_torch.json").read_text())
+    methods = (("k8 fp32", "kernel 8, fp32"), ("k8 tf32", "kernel 8, TF32"),
+               ("fused fp32", "fused fp32"), ("fused tf32", "fused TF32"),
+               ("torch", "PyTorch SDPA"))
+    lines = ["| T | " + " | ".join(label for _, label in methods) + " |",
+             "|---" * (len(methods) + 1) + "|"]
+    for T, row in sorted(rep["results"].items(), key=lambda kv: int(kv[0])):
+        cells = []
+        for m, _ in methods:
+            r = row.get(m, {})
+            if r.get("status") == "ok":
+                cells.append(f"{r['median_ms']:.4g}")
+            elif r.get("status") == "does not fit":
+                cells.append(f"does not fit ({r['buffer_bytes'] / 2**30:.0f} GiB)")
+            else:
+                cells.append(r.get("status", "not run"))
+        lines.append(f"| {T} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def add_arguments(p):
     """The options of ``python -m attnlab report``."""
     p.add_argument("--out", default=str(results_dir()), help="folder to write (results/h200)")
@@ -254,6 +277,8 @@ def command(args):
     """Run ``report`` with parsed arguments; returns the exit status."""
     if args.readme:
         print(readme_tables(args.out))
+        print()
+        print(fused_table(args.out))
     elif args.ncu_only:
         ncu_step(args.out)
     else:
