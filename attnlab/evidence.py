@@ -171,14 +171,18 @@ def describe_loops(found, top=2):
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum",
                "sm__warps_active.avg.pct_of_peak_sustained_active",
                "smsp__inst_executed.sum")
+NCU_L1_METRICS = ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",   # warp-wide global loads
+                  "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",    # their 32-byte sectors
+                  "l1tex__t_sector_hit_rate.pct",
+                  "lts__t_sectors_srcunit_tex_op_read.sum")            # L2 sectors L1 read
 NCU_SECTIONS = ("WarpStateStats",)
 
 
-def ncu_command(kernel_regex, target_args, ncu="ncu"):
+def ncu_command(kernel_regex, target_args, ncu="ncu", metrics=NCU_METRICS + NCU_L1_METRICS):
     """The ncu command line that profiles one launch of the kernels matching the regex."""
     cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw",
            "--kernel-name", f"regex:{kernel_regex}", "--launch-count", "1",
-           "--metrics", ",".join(NCU_METRICS)]
+           "--metrics", ",".join(metrics)]
     for s in NCU_SECTIONS:
         cmd += ["--section", s]
     return cmd + [sys.executable, *target_args]
@@ -211,11 +215,14 @@ def ncu_metrics(kernel_regex, target_args, timeout=600):
     ncu = shutil.which("ncu")
     if not ncu:
         return None, "ncu is not on PATH"
-    try:
-        proc = subprocess.run(ncu_command(kernel_regex, target_args, ncu), capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"ncu took longer than {timeout} s"
+    for metrics in (NCU_METRICS + NCU_L1_METRICS, NCU_METRICS):    # the L1 names may be unknown
+        try:
+            proc = subprocess.run(ncu_command(kernel_regex, target_args, ncu, metrics),
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"ncu took longer than {timeout} s"
+        if '"ID"' in proc.stdout:
+            break
     if '"ID"' not in proc.stdout:
         tail = (proc.stderr + proc.stdout).strip().splitlines()[-5:]
         return None, "ncu read no counters: " + " | ".join(tail)

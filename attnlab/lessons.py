@@ -292,8 +292,8 @@ def against_roof(c, timing, ceil):
             ("loads issued", "loads", "GB/s", 1e9, ceil["shared_load"]["median"] / 1e9),
             ("multiply-adds", "multiply_adds", "G/s", 1e9, ceil["fma"]["median"] / 1e9))
     for label, key, unit, scale, top in rows:
-        print(f"  {label:<16} {r[key]['rate'] / scale:12,.0f} {unit} = {r[key]['fraction']:6.1%} "
-              f"of {top:,.0f} {unit}; floor {f[key]:.4f} ms")
+        print(f"  {label:<16} {r[key]['rate'] / scale:>12,.4g} {unit} = "
+              f"{100 * r[key]['fraction']:.3g}% of {top:,.0f} {unit}; floor {f[key]:.4g} ms")
     top = max(f, key=f.get)
     print(f"  measured / highest floor ({top.replace('_', '-')}): "
           f"{timing.median_ms / f[top]:.2f}x")
