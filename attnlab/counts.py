@@ -13,6 +13,9 @@
 
 ``floors(count, ceilings)`` turns these into the shortest times the measured ceilings allow
 (attnlab.ceilings), and ``roof(count, ms, ceilings)`` places a measured time against them.
+The load ceiling is measured with 4-byte, conflict-free shared-memory loads (one wavefront
+per warp-wide load); a broadcast of a 16-byte load (LDS.128, all lanes one address) delivers
+more bytes per wavefront, so a kernel whose SASS uses them can pass "100 %" of that ceiling.
 The counts follow the kernels' loops line by line; the notebooks check them against ncu
 (results/h200/ncu.json) where it could be read.
 """
