@@ -103,6 +103,8 @@ def interleaved(fns, repeats=20, warmup=2, flush_l2=True, flush="read"):
         _check_fn(f"fns[{name!r}]", fn)
     repeats = check_int("repeats", repeats)
     warmup = check_int("warmup", warmup, minimum=0)
+    if flush_l2 and flush not in FLUSHES:
+        raise InputError(f"flush must be one of {FLUSHES}, got {flush!r}")
     context()
     import pycuda.driver as cuda
     for fn in fns.values():
@@ -134,9 +136,10 @@ def flush_effect(fn, repeats=50, warmup=2):
     leaves dirty lines in L2, and a call that must write them back runs slower after it."""
     _check_fn("fn", fn)
     repeats = check_int("repeats", repeats)
+    warmup = check_int("warmup", warmup, minimum=0)
     context()
     import pycuda.driver as cuda
-    for _ in range(check_int("warmup", warmup, minimum=0)):
+    for _ in range(warmup):
         fn()
     flushers = {m: L2Flusher(m) for m in FLUSHES}
     start, stop = cuda.Event(), cuda.Event()

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .checks import check_block_size, check_int, check_kernel
+from .errors import InputError
 
 SECTOR = 32          # bytes: the unit L1 and L2 move
 WARP_REQUEST = 128   # bytes one warp-wide 4-byte load asks for
@@ -67,6 +68,8 @@ def count(kernel, B, T, NH, block_size=256):
     kernel = check_kernel(kernel)
     B, T, NH = (check_int(n, v) for n, v in (("B", B), ("T", T), ("NH", NH)))
     bs = check_block_size(block_size)
+    if kernel == 8 and T % 4:
+        raise InputError(f"T must be a multiple of 4 for kernel 8 (4 rows per block), got {T}")
     bh = B * NH
     t = _rows(T)
     outputs = bh * int((t + 1).sum())
@@ -83,12 +86,17 @@ def count(kernel, B, T, NH, block_size=256):
         # a warp per column: lanes read consecutive t2 of one row; att[t3] once per row
         glob = 8 * terms + 4 * outputs
     elif kernel in (4, 5):
-        # a warp per 8 columns t3..t3+7, rows t >= t3: one att[t2], datt[t2] per 8 terms,
-        # and the 8 values att[t3+k] once per row
+        # a warp per 8 columns t3..t3+7, rows t >= t3: one att[t2], datt[t2] per 8 terms.
+        # Kernel 4 loads att[t3+k] only for the columns inside the row and skips the others'
+        # terms; kernel 5 loads all 8 (clipped into the row) and evaluates all 8 per t2.
         groups = np.arange(0, T, 8, dtype=np.int64)
         per_group = np.array([int((t[g:] + 1).sum()) for g in groups], dtype=np.int64)
-        rows_per_group = T - groups
-        glob = bh * int((8 * per_group + 4 * 8 * rows_per_group).sum())
+        if kernel == 4:
+            columns = np.array([int(np.minimum(8, t[g:] - g + 1).sum()) for g in groups])
+        else:
+            columns = 8 * (T - groups)
+            executed = bh * int((8 * per_group).sum())
+        glob = bh * int((8 * per_group + 4 * columns).sum())
     elif kernel == 6:
         # a block per row; for each of the row's column tiles, every thread loads one
         # att[t2] and datt[t2] per product tile and reads the whole tile from shared memory
@@ -97,9 +105,11 @@ def count(kernel, B, T, NH, block_size=256):
         shared = bh * int((4 * bs * tiles * (t + 1)).sum())
         executed = bh * int((bs * tiles * (t + 1)).sum())
     else:
-        # kernels 7, 8: pass 1 reads att, datt of the row; pass 2 reads them again
+        # kernels 7, 8: pass 1 reads att, datt of the row; pass 2 reads them again. The block
+        # reduction: lanes j < NUM_WARPS of every warp read block_acc[j], once per row.
         glob = 16 * outputs
         terms = executed = 2 * outputs
+        shared = bh * T * 4 * (bs // 32) ** 2
     return Count(kernel, B, T, NH, bs, outputs, 12 * outputs, terms, executed, glob, sectors,
                  shared)
 

@@ -132,7 +132,7 @@ def loops(instructions, labels):
     found = set()
     for addr, op, body in instructions:
         m = _BRANCH_TARGET.search(body)
-        if op.startswith("BRA") and m and labels.get(m.group(1), addr + 1) <= addr:
+        if op.startswith("BRA") and m and labels.get(m.group(1), addr) < addr:
             found.add((labels[m.group(1)], addr))
     innermost = [r for r in found
                  if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in found)]
@@ -180,7 +180,7 @@ NCU_SECTIONS = ("WarpStateStats",)
 
 def ncu_command(kernel_regex, target_args, ncu="ncu", metrics=NCU_METRICS + NCU_L1_METRICS):
     """The ncu command line that profiles one launch of the kernels matching the regex."""
-    cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw",
+    cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--print-units", "base",
            "--kernel-name", f"regex:{kernel_regex}", "--launch-count", "1",
            "--metrics", ",".join(metrics)]
     for s in NCU_SECTIONS:

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import attention, bench, ceilings, counts, evidence, fused, kernels
 from .checks import BLOCK_SIZES, KERNELS
 from .device import device_info
-from .errors import ValidationError
+from .errors import InputError, ValidationError
 from .launch import softmax_backward_launch
 from .problem import DEFAULT_SHAPE, make_inputs, make_problem
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
@@ -279,13 +279,22 @@ def add_arguments(p):
                    help="only the Nsight Compute step, at the block sizes in --out/kernels.json")
 
 
+def _require(out, name):
+    if not (Path(out) / name).is_file():
+        raise InputError(f"--out {out} holds no {name}: run `python -m attnlab report --out "
+                         f"{out}` on a GPU first")
+
+
 def command(args):
     """Run ``report`` with parsed arguments; returns the exit status."""
     if args.readme:
+        _require(args.out, "kernels.json")
         print(readme_tables(args.out))
-        print()
-        print(fused_table(args.out))
+        if (Path(args.out) / "fused_vs_torch.json").is_file():
+            print()
+            print(fused_table(args.out))
     elif args.ncu_only:
+        _require(args.out, "kernels.json")
         ncu_step(args.out)
     else:
         run(args.out, with_ncu=not args.no_ncu)
