@@ -14,6 +14,7 @@ The README's tables (``readme_tables``) and notebooks 03-11 read these files.
 """
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,12 @@ GRADIENTS = ("datt", "dpreatt", "dinp")
 def results_dir(gpu="h200"):
     """results/<gpu>/ of the checkout (the committed H200 results by default)."""
     return RESULTS / gpu
+
+
+def gpu_folder(name):
+    """The results folder name of a GPU: "NVIDIA H200" -> "h200"."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-")
+    return slug or "gpu"
 
 
 def load(name, gpu="h200"):
@@ -271,7 +278,8 @@ def fused_table(out=None):
 
 def add_arguments(p):
     """The options of ``python -m attnlab report``."""
-    p.add_argument("--out", default=str(results_dir()), help="folder to write (results/h200)")
+    p.add_argument("--out", default=None,
+                   help="folder to write (default results/<this GPU>, e.g. results/h200)")
     p.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute step")
     p.add_argument("--readme", action="store_true",
                    help="only print the README's table from the files in --out")
@@ -287,6 +295,9 @@ def _require(out, name):
 
 def command(args):
     """Run ``report`` with parsed arguments; returns the exit status."""
+    if args.out is None:
+        args.out = str(results_dir() if args.readme else
+                       results_dir(gpu_folder(device_info()["name"])))
     if args.readme:
         _require(args.out, "kernels.json")
         print(readme_tables(args.out))

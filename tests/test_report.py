@@ -189,8 +189,14 @@ def test_cli_parses_report_readme_out(tmp_path):
 
 def test_cli_report_defaults():
     args = cli.parser().parse_args(["report"])
-    assert args.out == str(report.results_dir()) == str(report.RESULTS / "h200")
+    assert args.out is None          # results/<this GPU>, decided when the GPU is known
     assert (args.readme, args.no_ncu, args.ncu_only) == (False, False, False)
+
+
+@pytest.mark.parametrize("name, folder", [("NVIDIA H200", "h200"), ("Tesla T4", "tesla-t4"),
+                                          ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090")])
+def test_results_go_to_a_folder_named_after_the_gpu(name, folder):
+    assert report.gpu_folder(name) == folder
 
 
 def test_cli_report_other_options():
