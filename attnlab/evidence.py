@@ -73,7 +73,7 @@ def describe_occupancy(attrs, block_sizes, arch="sm_90"):
 
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
-_BRANCH_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+_BRANCH_TARGET = re.compile(r"`\((\.L_x_\d+)\)|\bBRA(?:\.\w+)*\s+(0x[0-9a-f]+)")
 
 
 def find_cuobjdump(nvcc):
@@ -132,8 +132,12 @@ def loops(instructions, labels):
     found = set()
     for addr, op, body in instructions:
         m = _BRANCH_TARGET.search(body)
-        if op.startswith("BRA") and m and labels.get(m.group(1), addr) < addr:
-            found.add((labels[m.group(1)], addr))
+        if not (op.startswith("BRA") and m):
+            continue
+        # cuobjdump writes the target as a label `(.L_x_N) or as an address 0x560
+        target = labels.get(m.group(1), addr) if m.group(1) else int(m.group(2), 16)
+        if target < addr:
+            found.add((target, addr))
     innermost = [r for r in found
                  if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in found)]
     return sorted(innermost, key=lambda r: r[0])
