@@ -255,6 +255,11 @@ def readme_tables(out=None):
             for p in ("fp32", "tf32")}
     lines.append(f"| 9 (fused) | {e['block_size']} | – | – | – | {cell['fp32']} | "
                  f"{cell['tf32']} (tensor cores) |")
+    llmc = out / "llmc.json"
+    if llmc.is_file():
+        ms = json.loads(llmc.read_text())["tf32_ms"]
+        lines += ["", "llm.c's own binary on an H200 (results/h200/llmc.json), whole backward with "
+                  "TF32 GEMMs, ms: " + ", ".join(f"kernel {k} {v}" for k, v in ms.items()) + "."]
     return "\n".join(lines)
 
 
