@@ -23,6 +23,7 @@ from .errors import InputError, KernelCompileError, SetupError
 from .kernels import KERNEL_DIR, format_nvcc_error, kernel_path, nvcc_options, require_nvcc
 
 RESERVED_SHARED_PER_BLOCK = 1024     # bytes the runtime keeps per block from sm_80 on
+SUB_PARTITIONS = 4                   # warp schedulers (and register-file quarters) per SM
 
 
 def attributes(fn):
@@ -42,11 +43,15 @@ def occupancy(registers, shared_bytes, block_size, arch="sm_90"):
     lim = LIMITS[arch]
     warps = -(-block_size // 32)
     reserved = RESERVED_SHARED_PER_BLOCK if int(arch[3:]) >= 80 else 0
-    per_block_regs = registers_per_block(registers, block_size)
+    # registers: allocated per warp (rounded up to 256), from the register file of one of the
+    # SM's 4 sub-partitions (each warp lives on one): cuda_occupancy.h's arithmetic
+    per_warp = registers_per_block(registers, 32)
+    warps_by_registers = SUB_PARTITIONS * (lim.registers_per_sm // SUB_PARTITIONS // per_warp) \
+        if per_warp else lim.max_warps_per_sm
     limits = {
         "blocks": lim.max_blocks_per_sm,
         "warps": lim.max_warps_per_sm // warps,
-        "registers": lim.registers_per_sm // per_block_regs if per_block_regs else lim.max_blocks_per_sm,
+        "registers": warps_by_registers // warps,
         "shared memory": lim.shared_per_sm // (shared_bytes + reserved) if shared_bytes + reserved
         else lim.max_blocks_per_sm,
     }
