@@ -121,10 +121,22 @@ def measure_kernel(buf, problem, kernel, ceil):
         "count": c.as_dict(), "floors_ms": counts.floors(c, ceil),
         "roof": counts.roof(c, soft.median_ms, ceil),
         "attributes": attrs,
-        "occupancy": {str(b): evidence.occupancy(attrs["registers"], attrs["shared_bytes"], b,
-                                                 device_info()["arch"]) for b in BLOCK_SIZES},
+        "occupancy": occupancy_per_block_size(kernel, buf),
         "sass_loops": evidence.sass(name, function, defines, device_info()["arch"])[:3],
     }
+
+
+def occupancy_per_block_size(kernel, buf):
+    """{block size: evidence.occupancy} from the function compiled for that block size
+    (kernels 6-8 are compiled per block size, and their registers differ)."""
+    out = {}
+    for b in BLOCK_SIZES:
+        _, _, defines = softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, b)
+        a = evidence.attributes(kernels.get_function(
+            f"softmax_backward{kernel}", f"softmax_autoregressive_backward_kernel{kernel}", **defines))
+        out[str(b)] = evidence.occupancy(a["registers"], a["shared_bytes"], b,
+                                         device_info()["arch"]) | {"registers": a["registers"]}
+    return out
 
 
 def measure_fused(shape):
