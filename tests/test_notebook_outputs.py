@@ -171,6 +171,10 @@ ALLOWED = {
         {"GPU name", "time", "bandwidth / FLOP rate", "L2 cache"},
         "counts computed from the shape, and floors from hard-coded H200 datasheet constants: "
         "nothing is read from the device, the output is the same on any GPU"),
+    ("10_backward_kernel8_streaming.ipynb", "c = lessons.count(KERNEL, 256)"): (
+        {"time"},
+        "counts from the shape and the launch table: 'row(s) per block' and 'barrier(s) per "
+        "row' are plurals, not seconds; nothing is read from the device or the clock"),
     ("12_fused_attention_backward.ipynb", "from attnlab.archs import LIMITS"): (
         {"occupancy / per SM", "compute capability / arch"},
         "'blocks per SM' per architecture, from attnlab.archs.LIMITS (the programming guide's "
