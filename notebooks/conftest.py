@@ -3,7 +3,9 @@ the reason; a notebook whose metadata says ``"attnlab": {"needs_gpu": false}`` (
 CPU reference) runs everywhere, CI included. On a GPU
 that cannot run the fused kernels (notebook 12: too little shared memory per block, or no TF32
 tensor cores), the cells tagged ``attnlab-needs-fused`` (those that run the fused kernels or use
-their results) are skipped, with the reason."""
+their results) are skipped, with the reason. On a GPU other than the one the prose was written
+from (results/h200: an NVIDIA H200), the claim cells tagged ``attnlab-h200-claims``, which
+check the prose's numbers against the run, are skipped, with the reason."""
 import json
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from attnlab.device import gpu_status
 
 NEEDS_FUSED = "attnlab-needs-fused"
+H200_CLAIMS = "attnlab-h200-claims"   # cells that check the prose against the H200's numbers
 
 
 def _fused_unsupported():
@@ -36,8 +39,27 @@ def pytest_collection_modifyitems(config, items):
             if str(item.path).endswith(".ipynb") and needs_gpu(str(item.path)):
                 item.add_marker(skip)
         return
-    tagged = [item for item in items
-              if NEEDS_FUSED in getattr(getattr(item, "cell", None), "metadata", {}).get("tags", [])]
+    tagged = [item for item in items if NEEDS_FUSED in _tags(item)]
     why = _fused_unsupported() if tagged else None
     for item in tagged if why else ():
         item.add_marker(pytest.mark.skip(reason=f"this GPU cannot run the fused kernels: {why}"))
+    claims = [item for item in items if H200_CLAIMS in _tags(item)]
+    other = _other_gpu() if claims else None
+    for item in claims if other else ():
+        item.add_marker(pytest.mark.skip(reason=other))
+
+
+def _tags(item):
+    return getattr(getattr(item, "cell", None), "metadata", {}).get("tags", [])
+
+
+def _other_gpu():
+    """Why the H200 claim cells are not checked here (another GPU model), or None on an H200."""
+    from attnlab import report
+    from attnlab.device import device_info
+    written_on = report.load("kernels")["device"]["name"]
+    here = device_info()["name"]
+    if here == written_on:
+        return None
+    return (f"the prose states the numbers of an {written_on} run; this GPU is {here}, whose "
+            f"numbers are printed in the cells above: the claims are not checked here")
