@@ -140,10 +140,11 @@ def test_gpu_functions_are_float32_only_and_need_t_multiple_of_4(forbid_gpu, cal
 
 
 def test_reference_overflow_is_reported_not_returned_as_nan(forbid_gpu):
-    """|inp| ~ 1e20 is finite, but q.k overflows float32: today out is NaN, with only numpy's
-    RuntimeWarning. Wanted: an error naming inp and its largest |value|."""
+    """|inp| ~ 1e20 is finite, but q.k overflows float32: an InputError names inp and its
+    largest |value|, instead of an out full of NaN and only numpy's RuntimeWarning."""
     with np.errstate(all="ignore"):
-        with pytest.raises(AttnlabError):
+        with pytest.raises(InputError, match=r"inp is finite but too large for float32 arithmetic"
+                                             r".*\(largest \|inp\| = 1e\+20\)"):
             reference.attention_forward(np.full((1, 4, 6), 1e20, np.float32), 1)
 
 
@@ -241,7 +242,7 @@ def test_buffer_functions_check_before_launching(forbid_gpu, call, message):
 
 
 def test_forward_refuses_what_is_not_attention_buffers(no_gpu):
-    """Today: AttributeError: 'str' object has no attribute 'B'."""
+    """Anything but AttentionBuffers gets an InputError naming buf (not an AttributeError)."""
     with pytest.raises(InputError, match="buf must be an AttentionBuffers"):
         attention.forward("not buffers")
 
@@ -310,7 +311,7 @@ def test_attention_buffers_set_checks_the_array(host, message):
 
 @pytest.mark.gpu
 def test_attention_buffers_set_unknown_name():
-    """Today: KeyError 'inpt'. Wanted: InputError listing the buffer names."""
+    """A name that is not a buffer gets an InputError naming it (not a KeyError)."""
     with attention.AttentionBuffers(2, 8, 6, 2) as buf:
         with pytest.raises(InputError, match="inpt"):
             buf.set("inpt", INP)
@@ -318,7 +319,8 @@ def test_attention_buffers_set_unknown_name():
 
 @pytest.mark.gpu
 def test_attention_buffers_used_after_free():
-    """Today: AttributeError 'qkvr' (or KeyError). Wanted: an error saying the buffers were freed."""
+    """Freed buffers passed to forward get an error saying they were freed (not an
+    AttributeError or KeyError on the missing arrays)."""
     buf = attention.AttentionBuffers(2, 8, 6, 2)
     buf.free()
     with pytest.raises(AttnlabError, match="freed"):
@@ -470,13 +472,14 @@ def test_sgemm_transpose_flags(forbid_gpu):
 
 
 def test_sgemm_dimensions_are_checked(forbid_gpu):
-    """Today: cuBLAS's CUBLAS_STATUS_INVALID_VALUE through scikit-cuda, naming no argument."""
+    """A negative dimension gets an InputError naming it, before cuBLAS (whose
+    CUBLAS_STATUS_INVALID_VALUE would name no argument)."""
     with pytest.raises(InputError, match="m must be >= 0, got -1"):
         gemm.sgemm_strided_batched("n", "n", -1, 1, 1, 1.0, 0, 1, 1, 0, 1, 1, 0.0, 0, 1, 1, 1)
 
 
 def test_set_tf32_wants_a_bool(forbid_gpu):
-    """Today: bool('no') is True, so set_tf32('no') turns TF32 on."""
+    """A str is refused: bool('no') is True, so taking it would turn TF32 on."""
     with pytest.raises(InputError, match="enabled must be a bool, got str 'no'"):
         gemm.set_tf32("no")
 
@@ -536,7 +539,7 @@ def test_problem_takes_any_t_and_gives_finite_float32(forbid_gpu, tmp_path, monk
 
 
 def test_problem_refuses_a_damaged_cache(forbid_gpu, tmp_path, monkeypatch):
-    """Today a cache file holding NaN or wrong shapes is returned as it is."""
+    """A cache file holding a NaN is not returned as it is: the problem comes back finite."""
     from attnlab import problem
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(problem, "_memo", {})
@@ -564,21 +567,20 @@ def test_compare_unknown_name_needs_tol():
 
 def test_validate_nan_on_the_gpu_side_fails_with_coordinates():
     ref = np.zeros((2, 4, 6), np.float32)
+    gpu = poke(ref, (1, 3, 5), np.nan)
     with pytest.raises(ValidationError) as e:
-        validate(poke(ref, (1, 3, 5), np.nan), ref, "dinp")
+        validate(gpu, ref, "dinp")
     assert "dinp: FAILED - 1 of 48 elements" in str(e.value)
     assert "(b=1, t=3, c=5): expected 0, got nan" in str(e.value)
+    r = compare(gpu, ref, "dinp")                  # compare: the same, as a failed Report
+    assert not r.ok and r.worst[0][0] == {"b": 1, "t": 3, "c": 5}
 
 
-def test_compare_reports_nan_in_the_reference():
-    """Today a NaN/Inf reference element is skipped (as llm.c does) and the report says OK for
-    'all N elements'."""
-    try:
-        r = compare(np.zeros(2), np.array([np.nan, 0.0]), "x", 1e-3)
-    except AttnlabError as e:
-        assert "NaN" in str(e)
-    else:
-        assert not r.ok
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_compare_reports_nan_in_the_reference(bad):
+    """A NaN/Inf reference element is a mismatch (llm.c skips such elements and says OK)."""
+    r = compare(np.zeros(2, np.float32), np.array([bad, 0.0], np.float32), "x", 1e-3)
+    assert not r.ok and r.mismatches == 1
 
 
 def test_compare_non_numeric():
@@ -631,15 +633,16 @@ def test_cli_without_a_gpu_exits_2(command):
 
 
 def test_cli_checks_seed_before_the_gpu(no_gpu, capsys):
-    """Today the seed is checked only when the inputs are made, after the GPU is asked for."""
+    """--seed is checked with the other arguments, before the GPU is asked for (the no_gpu
+    fixture: the exit status 2 comes from the seed, not from the missing GPU)."""
     from attnlab.cli import main
     assert main(["forward", "--seed", "-1"]) == 2
     assert "seed must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_cli_checks_gpu_memory_before_the_cpu_reference(monkeypatch, capsys):
-    """Today forward/backward compute the CPU reference (hours, or a host MemoryError at big
-    shapes) before AttentionBuffers finds that the GPU cannot hold the problem."""
+    """forward/backward check that the buffers fit in the GPU's free memory before computing
+    the CPU reference (hours, or a host MemoryError, at big shapes)."""
     from attnlab import cli, problem
     fake = dict(name="Fake GPU", arch="sm_90", sms=1, driver_version="13.0", cuda_version="13.0",
                 memory_free_bytes=2**30, memory_total_bytes=2**30, l2_cache_bytes=2**20)

@@ -130,3 +130,26 @@ def test_device_info():
     d = device_info()
     assert d["sms"] > 0 and d["l2_cache_bytes"] > 0 and d["arch"].startswith("sm_")
     assert 0 < d["memory_free_bytes"] <= d["memory_total_bytes"]
+
+
+def test_limits_of_this_gpus_architecture_are_what_its_driver_reports():
+    """attnlab.archs.LIMITS (the programming guide's table, which the ptxas fit checks and the
+    occupancy arithmetic use) holds, for this GPU's architecture, what its driver reports."""
+    import pycuda.driver as cuda
+    from attnlab.archs import LIMITS
+    from attnlab.device import arch
+    here = arch()
+    if here not in LIMITS:
+        pytest.skip(f"{here} is not in attnlab.archs.LIMITS ({', '.join(LIMITS)})")
+    lim = LIMITS[here]
+    ours = {"MAX_THREADS_PER_BLOCK": lim.max_threads_per_block,
+            "MAX_THREADS_PER_MULTIPROCESSOR": 32 * lim.max_warps_per_sm,
+            "MAX_BLOCKS_PER_MULTIPROCESSOR": lim.max_blocks_per_sm,
+            "MAX_REGISTERS_PER_BLOCK": lim.registers_per_block,
+            "MAX_REGISTERS_PER_MULTIPROCESSOR": lim.registers_per_sm,
+            "MAX_SHARED_MEMORY_PER_BLOCK": lim.max_static_shared_per_block,
+            "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": lim.max_shared_per_block_optin,
+            "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": lim.shared_per_sm}
+    dev = cuda.Device(0)
+    driver = {name: dev.get_attribute(getattr(cuda.device_attribute, name)) for name in ours}
+    assert driver == ours, here

@@ -2,10 +2,12 @@
 (a ``CLAIMS = {...}`` dict of stated ranges) carries the ``attnlab-h200-claims`` tag, so that
 nbval skips it on a GPU other than the H200 the prose was written from (notebooks/conftest.py)
 and the series still passes there; and it is tagged nbval-ignore-output (its numbers vary)."""
-import nbformat
+from pathlib import Path
+
 import pytest
 
-from pathlib import Path
+nbformat = pytest.importorskip("nbformat", reason="reading the notebooks needs nbformat "
+                                                  "(the [notebooks] extra)")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 TAG = "attnlab-h200-claims"
