@@ -19,8 +19,10 @@ import tempfile
 from pathlib import Path
 
 from .archs import LIMITS, registers_per_block
+from .checks import BLOCK_SIZES
 from .errors import InputError, KernelCompileError, SetupError
-from .kernels import KERNEL_DIR, format_nvcc_error, kernel_path, nvcc_options, require_nvcc
+from .kernels import (KERNEL_DIR, format_nvcc_error, get_function, kernel_path, nvcc_options,
+                      require_nvcc)
 
 RESERVED_SHARED_PER_BLOCK = 1024     # bytes the runtime keeps per block from sm_80 on
 SUB_PARTITIONS = 4                   # warp schedulers (and register-file quarters) per SM
@@ -60,6 +62,18 @@ def occupancy(registers, shared_bytes, block_size, arch="sm_90"):
     return {"blocks": blocks, "warps": blocks * warps,
             "occupancy": blocks * warps / lim.max_warps_per_sm, "limiter": limiter,
             "limits": limits}
+
+
+def per_block_size(name, function, defines_for, arch, block_sizes=BLOCK_SIZES):
+    """{block size: {"attributes", "occupancy"}} of ``function`` in kernels/NAME.cu compiled
+    with ``defines_for(block size)`` for each block size (kernels 6-8 are compiled per block
+    size, and their registers differ)."""
+    out = {}
+    for bs in block_sizes:
+        a = attributes(get_function(name, function, **defines_for(bs)))
+        out[bs] = {"attributes": a,
+                   "occupancy": occupancy(a["registers"], a["shared_bytes"], bs, arch)}
+    return out
 
 
 def describe_occupancy(attrs, block_sizes, arch="sm_90"):

@@ -300,30 +300,32 @@ def against_roof(c, timing, ceil):
     return r
 
 
+def _defines(kernel, block_size):
+    """The -D defines kernel ``kernel`` is compiled with at this block size (kernels 6-8)."""
+    return softmax_backward_launch(kernel, DEFAULT["B"], DEFAULT["T"], DEFAULT["NH"], block_size)[2]
+
+
 def compiler_evidence(kernel, block_sizes=BLOCK_SIZES, sass_block_size=256, loops=2):
     """Print registers, shared and local bytes, occupancy per block size, and the instruction
     mix of the innermost loops of the SASS; return the attributes per block size."""
     kernel = check_kernel(kernel)
     from .device import arch
     gpu_arch = arch()
-    attrs = {}
+    table = evidence.per_block_size(source_name(kernel), function_name(kernel),
+                                    lambda bs: _defines(kernel, bs), gpu_arch, block_sizes)
     print(f"kernel {kernel} on {gpu_arch}")
     print("block size | registers | shared B | local B | blocks/SM | warps/SM | occupancy | "
           "limited by")
-    for bs in block_sizes:
-        _, _, defines = softmax_backward_launch(kernel, 4, 1024, 12, bs)
-        a = evidence.attributes(kernels.get_function(source_name(kernel), function_name(kernel),
-                                                     **defines))
-        o = evidence.occupancy(a["registers"], a["shared_bytes"], bs, gpu_arch)
-        attrs[bs] = a
+    for bs, e in table.items():
+        a, o = e["attributes"], e["occupancy"]
         print(f"{bs:>10} | {a['registers']:>9} | {a['shared_bytes']:>8} | {a['local_bytes']:>7} | "
               f"{o['blocks']:>9} | {o['warps']:>8} | {o['occupancy']:>9.0%} | {o['limiter']}")
-    _, _, defines = softmax_backward_launch(kernel, 4, 1024, 12, sass_block_size)
+    defines = _defines(kernel, sass_block_size)
     found = evidence.sass(source_name(kernel), function_name(kernel), defines, gpu_arch)
     note = f" (compiled with -DBLOCK_SIZE={sass_block_size})" if defines else ""
     print(f"innermost loops of the SASS{note}, largest first:")
     print(evidence.describe_loops(found, loops))
-    return attrs, found
+    return {bs: e["attributes"] for bs, e in table.items()}, found
 
 
 def ladder(upto, part="softmax"):

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import attention, bench, ceilings, counts, evidence, fused, kernels
+from . import attention, bench, ceilings, counts, evidence, fused
 from .checks import BLOCK_SIZES, KERNELS, parse_list
 from .device import device_info
 from .errors import InputError, ValidationError
@@ -111,9 +111,11 @@ def measure_kernel(buf, problem, kernel, ceil):
                                sweep[bs])) for m in maths}
     whole.setdefault("tf32", {"not_timed": NO_TF32_TIMING.get(kernel)})
     c = counts.count(kernel, buf.B, buf.T, buf.NH, bs)
-    _, _, defines = softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, bs)
+    defines_for = lambda b: softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, b)[2]
     name, function = f"softmax_backward{kernel}", f"softmax_autoregressive_backward_kernel{kernel}"
-    attrs = evidence.attributes(kernels.get_function(name, function, **defines))
+    arch = device_info()["arch"]
+    table = evidence.per_block_size(name, function, defines_for, arch)
+    attrs = table[bs]["attributes"]
     return {
         "kernel": kernel, "block_size": bs, "sweep_ms": {str(k): v for k, v in sweep.items()},
         "max_abs_err": errors,
@@ -121,22 +123,10 @@ def measure_kernel(buf, problem, kernel, ceil):
         "count": c.as_dict(), "floors_ms": counts.floors(c, ceil),
         "roof": counts.roof(c, soft.median_ms, ceil),
         "attributes": attrs,
-        "occupancy": occupancy_per_block_size(kernel, buf),
-        "sass_loops": evidence.sass(name, function, defines, device_info()["arch"])[:3],
+        "occupancy": {str(b): e["occupancy"] | {"registers": e["attributes"]["registers"]}
+                      for b, e in table.items()},
+        "sass_loops": evidence.sass(name, function, defines_for(bs), arch)[:3],
     }
-
-
-def occupancy_per_block_size(kernel, buf):
-    """{block size: evidence.occupancy} from the function compiled for that block size
-    (kernels 6-8 are compiled per block size, and their registers differ)."""
-    out = {}
-    for b in BLOCK_SIZES:
-        _, _, defines = softmax_backward_launch(kernel, buf.B, buf.T, buf.NH, b)
-        a = evidence.attributes(kernels.get_function(
-            f"softmax_backward{kernel}", f"softmax_autoregressive_backward_kernel{kernel}", **defines))
-        out[str(b)] = evidence.occupancy(a["registers"], a["shared_bytes"], b,
-                                         device_info()["arch"]) | {"registers": a["registers"]}
-    return out
 
 
 def measure_fused(shape):

@@ -285,3 +285,27 @@ def test_ncu_command_reads_one_launch_as_raw_csv():
     # the retry without the L1 metrics
     fewer = evidence.ncu_command("kernel3$", [], metrics=evidence.NCU_METRICS)
     assert fewer[fewer.index("--metrics") + 1].split(",") == list(evidence.NCU_METRICS)
+
+
+def test_per_block_size_compiles_each_block_size_and_computes_its_occupancy(monkeypatch):
+    """Kernels 6-8 are compiled per block size: each gets its own registers and occupancy."""
+    class Fn:
+        def __init__(self, registers):
+            self.num_regs, self.shared_size_bytes, self.local_size_bytes = registers, 16, 0
+            self.max_threads_per_block = 1024
+
+    compiled = []
+
+    def fake_get_function(name, function, **defines):
+        compiled.append((name, function, defines))
+        return Fn(39 if defines["BLOCK_SIZE"] == 32 else 32)
+
+    monkeypatch.setattr(evidence, "get_function", fake_get_function)
+    table = evidence.per_block_size("softmax_backward6", "k6", lambda bs: {"BLOCK_SIZE": bs},
+                                    "sm_90", (32, 128))
+    assert compiled == [("softmax_backward6", "k6", {"BLOCK_SIZE": 32}),
+                        ("softmax_backward6", "k6", {"BLOCK_SIZE": 128})]
+    assert table[32]["attributes"]["registers"] == 39 and table[128]["attributes"]["registers"] == 32
+    # 39 registers -> 1,280 per warp: 12 warps per sub-partition, 48 per SM, 1-warp blocks: 48 > 32
+    assert table[32]["occupancy"]["blocks"] == 32 and table[32]["occupancy"]["limiter"] == "blocks"
+    assert table[128]["occupancy"]["occupancy"] == 1.0

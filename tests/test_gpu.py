@@ -153,3 +153,24 @@ def test_limits_of_this_gpus_architecture_are_what_its_driver_reports():
     dev = cuda.Device(0)
     driver = {name: dev.get_attribute(getattr(cuda.device_attribute, name)) for name in ours}
     assert driver == ours, here
+
+
+@pytest.mark.parametrize("kernel", [6, 8])
+def test_report_measures_a_kernel_with_its_evidence(small_buf, small, kernel):
+    """`python -m attnlab report`'s entry for one kernel, at the small shape: validated, timed
+    at its best block size, with the count, the roof and the compiler's evidence per block
+    size (kernels 6-8 are compiled per block size: each block size has its own registers)."""
+    from attnlab import counts, report
+    from attnlab.launch import softmax_backward_launch
+    ceil = {"copy": {"median": 4e12}, "fma": {"median": 2.8e13}, "shared_load": {"median": 3e13}}
+    e = report.measure_kernel(small_buf, small, kernel, ceil)
+    bs = e["block_size"]
+    assert bs in BLOCK_SIZES and min(e["sweep_ms"], key=e["sweep_ms"].get) == str(bs)
+    assert e["softmax"]["repeats"] >= 20 and e["softmax"]["q1_ms"] <= e["softmax"]["q3_ms"]
+    assert e["count"] == counts.count(kernel, small.B, small.T, small.NH, bs).as_dict()
+    assert set(e["occupancy"]) == {str(b) for b in BLOCK_SIZES}
+    assert e["occupancy"][str(bs)]["registers"] == e["attributes"]["registers"]
+    for b, o in e["occupancy"].items():
+        defines = softmax_backward_launch(kernel, small.B, small.T, small.NH, int(b))[2]
+        assert defines == {"BLOCK_SIZE": int(b)} and 0 < o["occupancy"] <= 1
+    assert e["sass_loops"] and all(loop["instructions"] > 0 for loop in e["sass_loops"])
