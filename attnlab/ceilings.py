@@ -116,6 +116,32 @@ def for_this_gpu(path):
     return measure()
 
 
+def sanitize_steps(B, T, C, NH):
+    """Launch each kernel of kernels/ceilings.cu and the L2 flush (kernels/l2_flush.cu) once,
+    small and untimed, for ``python -m attnlab sanitize`` (the shape does not matter to them);
+    returns the sources run."""
+    import pycuda.driver as cuda
+    context()
+    block, blocks, n4 = 256, 4, 4096
+    src, dst, out = (cuda.mem_alloc(n4 * 16), cuda.mem_alloc(n4 * 16),
+                     cuda.mem_alloc(1024 * 4))
+    try:
+        cuda.memset_d32(src, 0, n4 * 4)
+        _function("empty_kernel")(grid=(1, 1, 1), block=(32, 1, 1))
+        _function("copy_kernel")(dst, src, np.int64(n4), grid=(blocks, 1, 1), block=(block, 1, 1))
+        _function("fma_kernel")(out, np.int32(16), np.float32(0.999), np.float32(0.001),
+                                grid=(blocks, 1, 1), block=(block, 1, 1))
+        _function("shared_load_kernel")(out, np.int32(16), grid=(1, 1, 1), block=(1024, 1, 1))
+        flusher = bench.L2Flusher()
+        flusher.flush()
+        cuda.Context.synchronize()
+        flusher.free()
+    finally:
+        for b in (src, dst, out):
+            b.free()
+    return ["ceilings", "l2_flush"]
+
+
 def describe(c):
     """The ceilings as a few lines of text."""
     g = 1e9

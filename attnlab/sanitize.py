@@ -26,7 +26,8 @@ sanitizer: it is skipped at shapes that large unless --include-slow is given, an
 inside one of them is reported with the kernel's name, marked as not ours.
 
 Kernels of other modules: the target also calls ``sanitize_steps(B, T, C, NH)`` of each
-module in EXTRA_STEP_MODULES that defines it (attnlab.fused, for kernels/flash_attention.cu);
+module in EXTRA_STEP_MODULES that defines it (attnlab.fused, for kernels/flash_attention.cu;
+attnlab.ceilings, for the measurement kernels);
 a source in kernels/ that no run executed is listed as NOT run, never passed over silently.
 
 Before the sanitizer runs, the target runs once natively over the same selection: that
@@ -80,8 +81,9 @@ FIRST_LINES = 40           # error lines shown for a run that is not clean
 # Modules whose kernels the target also runs: each may define
 #     sanitize_steps(B, T, C, NH) -> [names of the kernels/*.cu sources it ran]
 # which runs each of its kernels once at that shape (no timing): attnlab.fused does, for
-# kernels/flash_attention.cu (head size 64 only: both sanitize shapes have it).
-EXTRA_STEP_MODULES = ("attnlab.fused",)
+# kernels/flash_attention.cu (head size 64 only: both sanitize shapes have it); attnlab.ceilings
+# does, for the measurement kernels (kernels/ceilings.cu and kernels/l2_flush.cu).
+EXTRA_STEP_MODULES = ("attnlab.fused", "attnlab.ceilings")
 LIBRARY_SOURCES = ("permute", "softmax_forward")   # what forward + backward always run
 
 # Flags every tool gets, and why:

@@ -569,7 +569,7 @@ def test_sources_not_run_are_listed():
     r = result(CLEAN)                                   # ran kernel 8 only
     assert sanitize.uncovered_sources([r], sources) == {
         "softmax_backward1": "not selected (--kernels)",
-        "flash_attention": "no run reported it: none of ['attnlab.fused'] defines "
+        "flash_attention": "no run reported it: none of ['attnlab.fused', 'attnlab.ceilings'] defines "
                            "sanitize_steps(B, T, C, NH) running it"}
     r.steps.append({"step": "extra", "module": "attnlab.fused", "sources": []})
     assert sanitize.uncovered_sources([r], sources)["flash_attention"] == (
