@@ -439,8 +439,11 @@ def test_split_run_covers_the_kernel_and_the_extra_steps_apart():
     for part, r in by_part.items():
         assert r["status"] == "clean" and r["report"]["errors"] == 0
         kinds = [s["step"] for s in r["steps"]]
-        assert kinds == (["forward", "extra", "done"] if part == "extra"
-                         else ["forward", "backward", "done"])
+        if part == "extra":
+            assert kinds == ["forward"] + ["extra"] * len(sanitize.EXTRA_STEP_MODULES) + ["done"]
+            assert [s["module"] for s in r["steps"][1:-1]] == list(sanitize.EXTRA_STEP_MODULES)
+        else:
+            assert kinds == ["forward", "backward", "done"]
 
 
 @pytest.mark.gpu
