@@ -165,7 +165,7 @@ def builds():
     """(source, defines, archs) for every way a kernels/*.cu is compiled at run time: kernels
     6-8 once per block size (-DBLOCK_SIZE), flash_attention with TF32=0 and (sm_80+) TF32=1."""
     from . import fused
-    from .launch import softmax_backward_launch
+    from .launch import block_size_defines
     out = []
     for source in sorted(p.stem for p in KERNEL_DIR.glob("*.cu")):
         if source == fused.SOURCE:
@@ -173,8 +173,7 @@ def builds():
                     for tf32, archs in ((0, ARCHS), (1, TF32_ARCHS))]
         elif re.fullmatch(r"softmax_backward\d+", source):
             k = int(source[len("softmax_backward"):])
-            variants = {tuple(sorted(softmax_backward_launch(k, 1, 64, 1, bs)[2].items()))
-                        for bs in BLOCK_SIZES}
+            variants = {tuple(sorted(block_size_defines(k, bs).items())) for bs in BLOCK_SIZES}
             out += [(source, defines, ARCHS) for defines in sorted(variants)]
         else:
             out.append((source, (), ARCHS))

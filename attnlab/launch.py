@@ -6,8 +6,23 @@ version is launched, and the checks happen before any launch.
 from .checks import check_block_size, check_kernel
 
 
+PER_BLOCK_SIZE_KERNELS = (6, 7, 8)   # compiled once per block size (-DBLOCK_SIZE=...)
+
+
 def ceil_div(a, b):
+    """The smallest integer >= a / b (for positive b): how many blocks of b cover a."""
     return -(-a // b)
+
+
+def compiled_per_block_size(kernel):
+    """True for the softmax-backward kernels whose source takes -DBLOCK_SIZE (6-8): each block
+    size is its own compiled module."""
+    return kernel in PER_BLOCK_SIZE_KERNELS
+
+
+def block_size_defines(kernel, block_size):
+    """The compile-time defines of softmax-backward ``kernel`` at ``block_size``."""
+    return {"BLOCK_SIZE": block_size} if compiled_per_block_size(kernel) else {}
 
 
 def softmax_backward_launch(kernel, B, T, NH, block_size):
@@ -25,8 +40,7 @@ def softmax_backward_launch(kernel, B, T, NH, block_size):
         7: (T, rows),
         8: (T // 4, rows),              # a block per 4 rows
     }[kernel]
-    defines = {"BLOCK_SIZE": bs} if kernel >= 6 else {}
-    return grid + (1,), (bs, 1, 1), defines
+    return grid + (1,), (bs, 1, 1), block_size_defines(kernel, bs)
 
 
 def elementwise_launch(n, block_size):

@@ -15,12 +15,10 @@ import numpy as np
 from . import attention, bench, ceilings, counts, evidence, kernels, report
 from .checks import BLOCK_SIZES, KERNELS, check_block_size, check_kernel
 from .errors import InputError
-from .launch import ceil_div, softmax_backward_launch
-from .problem import DEFAULT_SHAPE, make_inputs
+from .launch import block_size_defines, ceil_div, compiled_per_block_size
+from .problem import DEFAULT, SMALL, make_inputs
 from .validate import TF32_TOLERANCES, TOLERANCES, validate
 
-DEFAULT = dict(DEFAULT_SHAPE)            # B=4 T=1024 C=768 NH=12: timing and validation
-SMALL = dict(B=2, T=260, C=192, NH=3)    # validation: T not a multiple of any block size, T % 8 == 4
 TINY = dict(B=1, T=256, C=768, NH=12)    # where kernel 1 is cheap enough to sweep
 GRADIENTS = ("datt", "dpreatt", "dinp")
 PARTS = ("backward", "softmax")          # the whole attention backward, or the softmax backward alone
@@ -104,7 +102,7 @@ def compile_kernels(*kernel_numbers, block_sizes=BLOCK_SIZES):
     """Compile these kernels now (kernels 6-8 once per block size), so that nvcc's messages,
     if any, appear here and not in a later cell."""
     for k in kernel_numbers:
-        if check_kernel(k) >= 6:
+        if compiled_per_block_size(check_kernel(k)):
             for bs in block_sizes:
                 kernels.load(source_name(k), BLOCK_SIZE=check_block_size(bs))
         else:
@@ -302,7 +300,7 @@ def against_roof(c, timing, ceil):
 
 def _defines(kernel, block_size):
     """The -D defines kernel ``kernel`` is compiled with at this block size (kernels 6-8)."""
-    return softmax_backward_launch(kernel, DEFAULT["B"], DEFAULT["T"], DEFAULT["NH"], block_size)[2]
+    return block_size_defines(check_kernel(kernel), check_block_size(block_size))
 
 
 def compiler_evidence(kernel, block_sizes=BLOCK_SIZES, sass_block_size=256, loops=2):
@@ -436,11 +434,9 @@ def compile_variant(kernel, replace=None, block_size=None):
     Kernels 6-8 need ``block_size`` (their -DBLOCK_SIZE). The file in kernels/ is untouched.
     """
     kernel = check_kernel(kernel)
-    defines = {}
-    if kernel >= 6:
-        if block_size is None:
-            raise InputError(f"kernel {kernel} is compiled for one block size: pass block_size")
-        defines["BLOCK_SIZE"] = check_block_size(block_size)
+    if compiled_per_block_size(kernel) and block_size is None:
+        raise InputError(f"kernel {kernel} is compiled for one block size: pass block_size")
+    defines = block_size_defines(kernel, check_block_size(block_size)) if block_size else {}
     module = kernels.compile_source(variant_source(kernel, replace),
                                     f"{source_name(kernel)}_variant.cu", defines)
     return module.get_function(function_name(kernel))

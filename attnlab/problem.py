@@ -8,7 +8,8 @@ every notebook of the series need not recompute it.
 import os
 import sys
 import time
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,51 @@ import numpy as np
 from . import reference
 from .checks import check_shape, check_int
 
-DEFAULT_SHAPE = dict(B=4, T=1024, C=768, NH=12)
+
+
+@dataclass(frozen=True, eq=False)
+class Shape(Mapping):
+    """A problem's shape: batch B, sequence length T, channels C, heads NH. It reads (and
+    compares) as the dict {"B": .., "T": .., "C": .., "NH": ..}, so ``make_problem(**shape)``
+    works."""
+    B: int
+    T: int
+    C: int
+    NH: int
+
+    def __getitem__(self, key):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(("B", "T", "C", "NH"))
+
+    def __len__(self):
+        return 4
+
+    def __hash__(self):
+        return hash(astuple(self))
+
+    def keys(self):
+        return ("B", "T", "C", "NH")
+
+    def astuple(self):
+        """(B, T, C, NH)."""
+        return astuple(self)
+
+    @property
+    def label(self):
+        """'B=4 T=1024 C=768 NH=12', as messages and tables print a shape."""
+        return " ".join(f"{k}={v}" for k, v in self.items())
+
+
+DEFAULT = Shape(B=4, T=1024, C=768, NH=12)   # llm.c's shape: timing and validation
+# validation: head size 64; T a multiple of 4 (kernels 4-5 handle 8 columns per warp, kernel 8
+# 4 rows per block: T % 8 == 4 leaves them a half group) but of no block size and not of 64
+# (the fused kernel's tile), so every kernel's last block or tile is partial
+SMALL = Shape(B=2, T=260, C=192, NH=3)
+DEFAULT_SHAPE = dict(DEFAULT)                 # the same, as a plain dict
 
 
 @dataclass
@@ -68,7 +113,7 @@ def _looks_right(arrays, B, T, C, NH):
                and np.isfinite(arrays[n]).all() for n in ARRAYS)
 
 
-def make_problem(B=4, T=1024, C=768, NH=12, seed=0, cache=True, progress=False):
+def make_problem(B=DEFAULT.B, T=DEFAULT.T, C=DEFAULT.C, NH=DEFAULT.NH, seed=0, cache=True, progress=False):
     """The Problem for this shape and seed, from memory, from disk, or computed."""
     B, T, C, NH = check_shape(B, T, C, NH, gpu=False)
     seed = check_int("seed", seed, minimum=0)

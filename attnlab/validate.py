@@ -28,6 +28,15 @@ TF32_TOLERANCES = {"preatt": 2e-2, "att": 1e-3, "out": 2e-3,
 AXES = {4: ("b", "h", "t", "t2"), 3: ("b", "t", "c")}
 
 
+def within_tolerance(got, expected, tol):
+    """llm.c's rule, elementwise: |got - expected| <= tol + |expected|·FLT_EPSILON, in float64.
+    False wherever either side is NaN or infinite."""
+    expected = np.asarray(expected, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(np.asarray(got, dtype=np.float64) - expected)
+        return err <= tol + np.abs(expected) * FLT_EPSILON
+
+
 @dataclass
 class Report:
     """What `validate` found: ok, the count checked and mismatched, the worst errors."""
@@ -78,7 +87,7 @@ def compare(gpu, ref, name, tol=None, worst=5):
     err = np.abs(gpu.astype(np.float64) - ref64)
     # unlike llm.c, which skips them, a reference value that is not finite is a mismatch
     # (the inputs are checked to be finite, so it means the reference itself went wrong)
-    bad = ~(err <= tol + np.abs(ref64) * FLT_EPSILON) | ~np.isfinite(ref64) | ~np.isfinite(err)
+    bad = ~within_tolerance(gpu, ref64, tol) | ~np.isfinite(ref64) | ~np.isfinite(err)
     n_bad = int(np.count_nonzero(bad))
     finite_err = np.where(np.isfinite(err), err, np.inf)
     max_err = float(finite_err.max()) if err.size else 0.0

@@ -2,9 +2,7 @@
 import pytest
 
 from attnlab.device import gpu_status
-
-SMALL = dict(B=2, T=260, C=192, NH=3)       # HS 64; T a multiple of no block size nor of 64
-DEFAULT = dict(B=4, T=1024, C=768, NH=12)   # llm.c's shape
+from attnlab.problem import DEFAULT, SMALL  # noqa: F401 (tests import them from here)
 
 
 @pytest.fixture(scope="session")
