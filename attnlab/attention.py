@@ -15,9 +15,10 @@ Two invariants make every call idempotent and the dense GEMMs correct:
 import numpy as np
 
 from . import gemm, kernels
-from .checks import check_array, check_block_size, check_kernel, check_qkv, check_shape
-from .device import context, free_memory
-from .errors import AttnlabError, GPUMemoryError, InputError
+from .buffers import DeviceBuffers, fill, qkv_pointers
+from .checks import (check_array, check_block_size, check_kernel, check_qkv, check_shape,
+                     check_tf32)
+from .errors import AttnlabError, InputError
 from .launch import elementwise_launch, softmax_backward_launch, softmax_forward_launch
 
 FORWARD_BUFFERS = {"inp": "B T 3C", "qkvr": "3 B NH T HS", "preatt": "B NH T T",
@@ -36,79 +37,6 @@ def buffer_shapes(B, T, C, NH, backward=True):
 def bytes_needed(B, T, C, NH, backward=True):
     """GPU bytes for all the buffers of this shape (float32)."""
     return sum(4 * int(np.prod(s)) for s in buffer_shapes(B, T, C, NH, backward).values())
-
-
-def check_fits(need, free, total, what):
-    """Raise GPUMemoryError, before allocating, when ``need`` bytes exceed the free memory."""
-    if need > free:
-        raise GPUMemoryError(
-            f"{what} needs {need:,} bytes ({need / 2**30:.2f} GiB) of GPU memory for its "
-            f"buffers, but only {free:,} bytes ({free / 2**30:.2f} GiB) of "
-            f"{total / 2**30:.2f} GiB are free")
-
-
-class DeviceBuffers:
-    """Named float32 GPUArrays allocated together: ``buf.att``, ``buf.get('att')``...
-
-    Use as a context manager, or call ``free()``, to give the memory back at once instead
-    of when the object is collected. Base of AttentionBuffers and fused.FusedBuffers.
-    """
-    arrays = {}
-
-    def _allocate(self, shapes, what):
-        """Allocate every buffer of ``shapes`` after checking they fit in free GPU memory."""
-        context()
-        need = sum(4 * int(np.prod(s)) for s in shapes.values())
-        check_fits(need, *free_memory(), what=what)
-        import pycuda.gpuarray as gpuarray
-        self.names = tuple(shapes)
-        self.arrays = {}
-        try:
-            for name, shape in shapes.items():
-                self.arrays[name] = gpuarray.empty(shape, np.float32)
-        except Exception:
-            self.free()
-            raise
-
-    def __getattr__(self, name):
-        arrays = self.__dict__.get("arrays")
-        if arrays is not None and name in arrays:
-            return arrays[name]
-        if arrays == {} and name in self.__dict__.get("names", ()):
-            raise AttnlabError(f"these {type(self).__name__} were freed: {name} is gone; "
-                               f"allocate new ones")
-        raise AttributeError(name)
-
-    def _array(self, name):
-        if not self.arrays:
-            raise AttnlabError(f"these {type(self).__name__} were freed; allocate new ones")
-        if name not in self.arrays:
-            raise InputError(f"name must be one of the buffers {sorted(self.arrays)}, got {name!r}")
-        return self.arrays[name]
-
-    def get(self, name):
-        """A numpy copy of one buffer."""
-        return self._array(name).get()
-
-    def set(self, name, host, finite=True):
-        """Copy a numpy array of the right shape and dtype into one buffer.
-
-        NaN and Inf are refused unless ``finite=False`` (e.g. to poison an output buffer,
-        so that an element a kernel forgets to write shows up as NaN).
-        """
-        check_array(name, host, self._array(name).shape, finite=finite)
-        self.arrays[name].set(host)
-
-    def free(self):
-        for a in self.arrays.values():
-            a.gpudata.free()
-        self.arrays = {}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
 
 
 class AttentionBuffers(DeviceBuffers):
@@ -142,13 +70,6 @@ class AttentionBuffers(DeviceBuffers):
         self.set("dpreatt", np.broadcast_to(row, self.arrays["dpreatt"].shape).copy(), finite=False)
 
 
-def fill(array, value):
-    """Set every float of a GPUArray to value with a driver memset (no kernel to compile)."""
-    import pycuda.driver as cuda
-    bits = int(np.array(value, np.float32).view(np.uint32))
-    cuda.memset_d32(array.gpudata, bits, array.size)
-
-
 def _check_buffers(buf):
     if not isinstance(buf, AttentionBuffers):
         raise InputError(f"buf must be an AttentionBuffers (attention.AttentionBuffers(B, T, C, NH)), "
@@ -157,19 +78,13 @@ def _check_buffers(buf):
         raise AttnlabError("these AttentionBuffers were freed; allocate new ones")
 
 
-def _qkv_pointers(qkvr, B, T, C):
-    """Device pointers to q, k, v inside one (3, B, NH, T, HS) buffer."""
-    base, n = int(qkvr.gpudata), B * T * C
-    return base, base + 4 * n, base + 8 * n
-
-
 def forward(buf, block_size=256, tf32=False):
     """Run the forward pass on ``buf`` (reads buf.inp; writes qkvr, preatt, att, vaccum, out)."""
     bs = check_block_size(block_size)
     _check_buffers(buf)
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
-    gemm.set_tf32(tf32)
-    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
+    tf32 = check_tf32(tf32)
+    q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     grid, block = elementwise_launch(B * T * C, bs)
     kernels.get_function("permute", "permute_kernel")(
         np.intp(q), np.intp(k), np.intp(v), buf.inp.gpudata,
@@ -178,14 +93,14 @@ def forward(buf, block_size=256, tf32=False):
     # column-major (HS, T) one, i.e. its transpose, and writes preattᵀ = k·qᵀ: so the
     # first operand is k, transposed ('t'), and the second q, as it is ('n').
     gemm.sgemm_strided_batched("t", "n", T, T, HS, 1.0, k, HS, T * HS, q, HS, T * HS,
-                               0.0, buf.preatt.gpudata, T, T * T, B * NH)
+                               0.0, buf.preatt.gpudata, T, T * T, B * NH, tf32)
     grid, block = softmax_forward_launch(B * NH, T)
     kernels.get_function("softmax_forward", "softmax_forward_kernel5")(
         buf.att.gpudata, np.float32(1.0 / np.sqrt(HS)), buf.preatt.gpudata,
         np.int32(B * NH), np.int32(T), grid=grid, block=block)
     # vaccum = att @ v
     gemm.sgemm_strided_batched("n", "n", HS, T, T, 1.0, v, HS, T * HS, buf.att.gpudata, T, T * T,
-                               0.0, buf.vaccum.gpudata, HS, T * HS, B * NH)
+                               0.0, buf.vaccum.gpudata, HS, T * HS, B * NH, tf32)
     grid, block = elementwise_launch(B * T * C, bs)
     kernels.get_function("permute", "unpermute_kernel")(
         buf.vaccum.gpudata, buf.out.gpudata,
@@ -213,9 +128,9 @@ def backward(buf, kernel=8, block_size=256, tf32=False):
     if not buf.backward:
         raise InputError("buf was allocated with backward=False: it has no gradient buffers")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
-    gemm.set_tf32(tf32)
-    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
-    dq, dk, dv = _qkv_pointers(buf.dqkvr, B, T, C)
+    tf32 = check_tf32(tf32)
+    q, k, v = qkv_pointers(buf.qkvr, B, T, C)
+    dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
     grid, block = elementwise_launch(B * T * C, bs)
     kernels.get_function("permute", "unpermute_backward_kernel")(
         buf.dvaccum.gpudata, buf.dout.gpudata,
@@ -223,17 +138,17 @@ def backward(buf, kernel=8, block_size=256, tf32=False):
     dvaccum, datt, dpreatt = buf.dvaccum.gpudata, buf.datt.gpudata, buf.dpreatt.gpudata
     # datt = dvaccum @ vᵀ (all of T×T)
     gemm.sgemm_strided_batched("t", "n", T, T, HS, 1.0, v, HS, T * HS, dvaccum, HS, T * HS,
-                               0.0, datt, T, T * T, B * NH)
+                               0.0, datt, T, T * T, B * NH, tf32)
     # dv = attᵀ @ dvaccum
     gemm.sgemm_strided_batched("n", "t", HS, T, T, 1.0, dvaccum, HS, T * HS,
-                               buf.att.gpudata, T, T * T, 0.0, dv, HS, T * HS, B * NH)
+                               buf.att.gpudata, T, T * T, 0.0, dv, HS, T * HS, B * NH, tf32)
     softmax_backward(buf, kernel, bs)
     # dq = dpreatt @ k
     gemm.sgemm_strided_batched("n", "n", HS, T, T, 1.0, k, HS, T * HS, dpreatt, T, T * T,
-                               0.0, dq, HS, T * HS, B * NH)
+                               0.0, dq, HS, T * HS, B * NH, tf32)
     # dk = dpreattᵀ @ q
     gemm.sgemm_strided_batched("n", "t", HS, T, T, 1.0, q, HS, T * HS, dpreatt, T, T * T,
-                               0.0, dk, HS, T * HS, B * NH)
+                               0.0, dk, HS, T * HS, B * NH, tf32)
     grid, block = elementwise_launch(B * T * C, bs)
     kernels.get_function("permute", "permute_backward_kernel")(
         buf.dinp.gpudata, np.intp(dq), np.intp(dk), np.intp(dv),
@@ -244,6 +159,7 @@ def gpu_forward(inp, n_head, block_size=256, tf32=False):
     """numpy in, numpy out: (out, preatt, att) computed on the GPU."""
     B, T, C, NH = check_qkv(inp, n_head)
     check_block_size(block_size)
+    check_tf32(tf32)
     with AttentionBuffers(B, T, C, NH, backward=False) as buf:
         buf.set("inp", inp)
         forward(buf, block_size, tf32)
@@ -256,6 +172,7 @@ def gpu_backward(dout, inp, n_head, kernel=8, block_size=256, tf32=False):
     check_array("dout", dout, (B, T, C))
     check_kernel(kernel)
     check_block_size(block_size)
+    check_tf32(tf32)
     with AttentionBuffers(B, T, C, NH) as buf:
         buf.set("inp", inp)
         buf.set("dout", dout)

@@ -22,6 +22,14 @@ def check_int(name, value, minimum=1):
     return int(value)
 
 
+def check_tf32(tf32):
+    """tf32 must be a bool (True: TF32 tensor cores, False: fp32 CUDA cores)."""
+    if not isinstance(tf32, (bool, np.bool_)):
+        raise InputError(f"tf32 must be True (TF32 tensor cores) or False (fp32 CUDA cores), "
+                         f"got {type(tf32).__name__} {tf32!r}")
+    return bool(tf32)
+
+
 def check_shape(B, T, C, NH, gpu=True, square=True):
     """B, T, C, NH: C divisible by NH; for the GPU kernels also T a multiple of 4, B*NH at
     most 65535 (rows of blocks) and B*T*3C below 2**31 (32-bit indices); with ``square``

@@ -104,12 +104,15 @@ def info():
 
 
 def run(args):
-    """forward or backward N: validate, then time; returns (result dict, exit status)."""
-    if args.command == "backward":
-        check_backward_kernel(args.kernel)
-    if args.command == "backward" and args.kernel == FUSED_KERNEL:
-        from .fused import run_cli
-        return run_cli(args)
+    """forward, backward 1-8 or backward 9 (fused): validate, then time; returns
+    (result dict, {name: Report}, exit status)."""
+    if args.command == "backward" and check_backward_kernel(args.kernel) == FUSED_KERNEL:
+        return _run_fused(args)
+    return _run_pipeline(args)
+
+
+def _run_pipeline(args):
+    """The materialized pipeline (attnlab.attention): forward, or backward with kernel 1-8."""
     B, T, C, NH = check_shape(args.B, args.T, args.C, args.NH)
     kernel = check_kernel(args.kernel) if args.command == "backward" else None
     repeats = check_int("--repeats", args.repeats)
@@ -117,17 +120,18 @@ def run(args):
     check_int("--seed", args.seed, minimum=0)
     block_sizes = _block_sizes(args.block_sizes)
     from . import attention, bench, problem
+    from .buffers import check_fits
     from .device import device_info
     device = device_info()
     backward = args.command == "backward"
     # before the CPU reference (slow at big shapes): will the buffers fit on the GPU?
-    attention.check_fits(attention.bytes_needed(B, T, C, NH, backward), device["memory_free_bytes"],
-                         device["memory_total_bytes"], f"B={B} T={T} C={C} NH={NH}")
+    check_fits(attention.bytes_needed(B, T, C, NH, backward), device["memory_free_bytes"],
+               device["memory_total_bytes"], f"B={B} T={T} C={C} NH={NH}")
     _progress(f"{device['name']}: B={B} T={T} C={C} NH={NH}, "
               f"{'TF32' if args.tf32 else 'fp32'} GEMMs")
     ref = problem.make_problem(B, T, C, NH, args.seed, progress=True)
     tolerances = TF32_TOLERANCES if args.tf32 else TOLERANCES
-    checks = {}
+    checks, timings = {}, {}
     with attention.AttentionBuffers(B, T, C, NH, backward=backward) as buf:
         buf.set("inp", ref.inp)
         attention.forward(buf, 256, args.tf32)
@@ -140,21 +144,60 @@ def run(args):
         for name in names:
             checks[name] = compare(buf.get(name), getattr(ref, name), name, tolerances[name])
             _progress(checks[name].detail())
-        ok = all(r.ok for r in checks.values())
-        timings = {}
-        if ok:
-            for bs in block_sizes:
-                _progress(f"timing block size {bs}...")
-                if backward:
-                    fn = lambda bs=bs: attention.backward(buf, kernel, bs, args.tf32)
-                else:
-                    fn = lambda bs=bs: attention.forward(buf, bs, args.tf32)
-                timings[bs] = bench.benchmark(fn, repeats=repeats, warmup=warmup)
+        for bs in block_sizes if all(r.ok for r in checks.values()) else ():
+            _progress(f"timing block size {bs}...")
+            if backward:
+                fn = lambda bs=bs: attention.backward(buf, kernel, bs, args.tf32)  # noqa: E731
+            else:
+                fn = lambda bs=bs: attention.forward(buf, bs, args.tf32)  # noqa: E731
+            timings[bs] = bench.benchmark(fn, repeats=repeats, warmup=warmup)
+    math = "tf32" if args.tf32 else "fp32"
+    return _result(args, device, kernel, math, checks, timings, warmup=warmup)
+
+
+def _run_fused(args):
+    """``backward 9``: the fused kernels (attnlab.fused), validated on out and dinp, then the
+    backward timed; --tf32 selects the tensor-core variant. They have one block size
+    (fused.THREADS), so --block-sizes is not used."""
+    from . import bench, fused
+    from .device import device_info
+    from .problem import make_problem
+    B, T, C, NH = fused.check_fused_shape(args.B, args.T, args.C, args.NH)
+    repeats = check_int("--repeats", args.repeats)
+    warmup = check_int("--warmup", args.warmup, minimum=0)
+    check_int("--seed", args.seed, minimum=0)
+    tf32 = fused.check_tf32(bool(args.tf32))
+    fused.check_supported(tf32)
+    device = device_info()
+    math = "tf32" if tf32 else "fp32"
+    _progress(f"{device['name']}: B={B} T={T} C={C} NH={NH}, fused {math}")
+    problem = make_problem(B, T, C, NH, args.seed, progress=True)
+    checks, timings = {}, {}
+    with fused.FusedBuffers(B, T, C, NH) as buf:
+        buf.set("inp", problem.inp)
+        buf.set("dout", problem.dout)
+        fused.fused_forward(buf, tf32)
+        fused.fused_backward(buf, tf32)
+        for name in ("out", "dinp"):
+            checks[name] = compare(buf.get(name), getattr(problem, name), name,
+                                   fused.FUSED_TOLERANCES[math][name])
+            _progress(checks[name].detail())
+        if all(r.ok for r in checks.values()):
+            timings[fused.THREADS] = bench.benchmark(lambda: fused.fused_backward(buf, tf32),
+                                                     repeats=repeats, warmup=warmup)
+    return _result(args, device, FUSED_KERNEL, math, checks, timings, warmup=warmup, fused=True,
+                   memory_bytes=fused.fused_bytes_needed(B, T, C, NH))
+
+
+def _result(args, device, kernel, math, checks, timings, **extra):
+    """The JSON result of forward and backward 1-9, with its reports and exit status."""
+    from .bench import best
+    ok = all(r.ok for r in checks.values())
     result = {
         "command": args.command, "kernel": kernel,
         "device": {k: device[k] for k in ("name", "arch", "sms", "driver_version", "cuda_version")},
-        "shape": dict(B=B, T=T, C=C, NH=NH), "seed": args.seed,
-        "gemm_math": "tf32" if args.tf32 else "fp32", "repeats": repeats, "warmup": warmup,
+        "shape": dict(B=args.B, T=args.T, C=args.C, NH=args.NH), "seed": args.seed,
+        "gemm_math": math, "repeats": args.repeats, **extra,
         "validation": {n: {"ok": r.ok, "mismatches": r.mismatches, "checked": r.checked,
                            "max_abs_err": r.max_abs_err, "tol": r.tol} for n, r in checks.items()},
         "valid": ok,
@@ -162,7 +205,7 @@ def run(args):
                        for bs, t in timings.items()},
     }
     if timings:
-        bs, t = bench.best(timings)
+        bs, t = best(timings)
         result["best"] = {"block_size": bs, "median_ms": t.median_ms}
     return result, checks, 0 if ok else 1
 

@@ -23,10 +23,10 @@ import sys
 import numpy as np
 
 from . import kernels
-from .checks import check_array, check_int, check_qkv, check_shape
+from .buffers import DeviceBuffers, qkv_pointers
+from .checks import check_array, check_qkv, check_shape, check_tf32
 from .device import context
 from .errors import InputError, SetupError, UnsupportedGPUError
-from .attention import DeviceBuffers, _qkv_pointers
 from .launch import ceil_div, elementwise_launch
 
 SOURCE = "flash_attention"           # kernels/flash_attention.cu
@@ -68,14 +68,6 @@ FORWARD_ONLY = ("inp", "qkvr", "o", "lse", "out")
 
 # ---------------------------------------------------------------------------------------------
 # Checks and geometry (no GPU needed)
-
-def check_tf32(tf32):
-    """tf32 must be a bool (True: TF32 tensor cores, False: fp32 CUDA cores)."""
-    if not isinstance(tf32, (bool, np.bool_)):
-        raise InputError(f"tf32 must be True (TF32 tensor cores) or False (fp32 CUDA cores), "
-                         f"got {type(tf32).__name__} {tf32!r}")
-    return bool(tf32)
-
 
 def check_head_size(C, NH):
     """The fused kernels are built for one head size: HS = C / NH must be in HEAD_SIZES."""
@@ -253,7 +245,7 @@ def fused_forward(buf, tf32=False):
     """Forward on ``buf``: reads inp; writes qkvr, o, lse, out."""
     tf32 = check_tf32(tf32)
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
-    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
+    q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     dims = (B, T, NH, HS)
     _permute("permute_kernel", B * T * C, q, k, v, int(buf.inp.gpudata), *dims)
     grid, block, shared = fused_launch(B, T, NH, tf32)["flash_forward"]
@@ -270,8 +262,8 @@ def fused_backward(buf, tf32=False):
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
-    q, k, v = _qkv_pointers(buf.qkvr, B, T, C)
-    dq, dk, dv = _qkv_pointers(buf.dqkvr, B, T, C)
+    q, k, v = qkv_pointers(buf.qkvr, B, T, C)
+    dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
     o, do, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "do", "lse", "D"))
     dims = (B, T, NH, HS)
     launch = fused_launch(B, T, NH, tf32)
@@ -315,59 +307,7 @@ def gpu_fused_backward(dout, inp, n_head, tf32=False):
 
 
 # ---------------------------------------------------------------------------------------------
-# `python -m attnlab backward 9 [--tf32]`, and compute-sanitizer's extra steps
-
-def run_cli(args):
-    """``backward 9``: validate out and dinp of the fused kernels, then time the backward.
-
-    Returns (result dict, {name: Report}, exit status) like attnlab.cli.run; --tf32 selects
-    the tensor-core variant; the fused kernels have one block size (128), so --block-sizes
-    is not used.
-    """
-    B, T, C, NH = check_fused_shape(args.B, args.T, args.C, args.NH)
-    repeats = check_int("--repeats", args.repeats)
-    tf32 = check_tf32(bool(args.tf32))
-    check_supported(tf32)
-    from . import bench
-    from .device import device_info
-    from .problem import make_problem
-    from .validate import compare
-    device = device_info()
-    precision = "tf32" if tf32 else "fp32"
-    print(f"{device['name']}: B={B} T={T} C={C} NH={NH}, fused {precision}", file=sys.stderr,
-          flush=True)
-    problem = make_problem(B, T, C, NH, args.seed, progress=True)
-    tolerances = FUSED_TOLERANCES[precision]
-    checks = {}
-    timings = {}
-    with FusedBuffers(B, T, C, NH) as buf:
-        buf.set("inp", problem.inp)
-        buf.set("dout", problem.dout)
-        fused_forward(buf, tf32)
-        fused_backward(buf, tf32)
-        for name in ("out", "dinp"):
-            checks[name] = compare(buf.get(name), getattr(problem, name), name, tolerances[name])
-            print(checks[name].detail(), file=sys.stderr, flush=True)
-        ok = all(r.ok for r in checks.values())
-        if ok:
-            timings[THREADS] = bench.benchmark(lambda: fused_backward(buf, tf32), repeats=repeats,
-                                               warmup=check_int("--warmup", args.warmup, minimum=0))
-    result = {
-        "command": "backward", "kernel": FUSED_KERNEL,
-        "device": {k: device[k] for k in ("name", "arch", "sms", "driver_version", "cuda_version")},
-        "shape": dict(B=B, T=T, C=C, NH=NH), "seed": args.seed,
-        "gemm_math": precision, "fused": True, "repeats": repeats,
-        "validation": {n: {"ok": r.ok, "mismatches": r.mismatches, "checked": r.checked,
-                           "max_abs_err": r.max_abs_err, "tol": r.tol} for n, r in checks.items()},
-        "valid": ok,
-        "timings_ms": {str(bs): {"median": t.median_ms, "min": t.min_ms, "max": t.max_ms}
-                       for bs, t in timings.items()},
-        "memory_bytes": fused_bytes_needed(B, T, C, NH),
-    }
-    if timings:
-        result["best"] = {"block_size": THREADS, "median_ms": timings[THREADS].median_ms}
-    return result, checks, 0 if ok else 1
-
+# compute-sanitizer's extra steps
 
 def sanitize_steps(B, T, C, NH):
     """Run the fused forward and backward once at this shape, in each precision this GPU runs

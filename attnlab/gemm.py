@@ -9,16 +9,18 @@ that same library object and check their status with scikit-cuda's own
 loads (a toolkit's ``libcublas.so``, or a pip wheel's ``libcublas.so.12``/``.13``) is chosen by
 ``attnlab.libraries``.
 
+The math is chosen per call (``tf32=``): each GEMM sets cuBLAS's math mode on the handle
+right before it runs, so no earlier call, and no other caller, decides a GEMM's precision.
+
 cuBLAS is column-major; our buffers are row-major. A row-major M×N matrix read as
 column-major is its N×M transpose, so the row-major product C = A·B is computed as the
 column-major product Cᵀ = Bᵀ·Aᵀ: swap the operands, keep the transposes' meaning.
 """
 import atexit
-import contextlib
 import ctypes
 
+from .checks import check_int, check_tf32
 from .device import context
-from .checks import check_int
 from .errors import InputError
 
 OPS = {"n": 0, "t": 1}                 # CUBLAS_OP_N, CUBLAS_OP_T
@@ -26,7 +28,6 @@ DEFAULT_MATH, TF32_TENSOR_OP_MATH = 0, 3  # cublasMath_t
 
 _cublas = None
 _handle = None
-_tf32 = None
 
 
 def _bind():
@@ -51,8 +52,6 @@ def _bind():
         i]                             # batchCount
     lib.cublasSetMathMode.restype = i
     lib.cublasSetMathMode.argtypes = [p, i]
-    lib.cublasGetMathMode.restype = i
-    lib.cublasGetMathMode.argtypes = [p, ctypes.POINTER(i)]
     _cublas = cublas
     return cublas
 
@@ -68,50 +67,20 @@ def handle():
 
 
 def _destroy():
-    global _handle, _tf32
+    global _handle
     if _handle is not None:
         _cublas.cublasDestroy(_handle)
-        _handle, _tf32 = None, None
-
-
-def set_tf32(enabled):
-    """Choose cuBLAS's math for SGEMM: exact fp32 (False) or TF32 tensor cores (True)."""
-    global _tf32
-    if not isinstance(enabled, (bool, int)) or enabled not in (0, 1):
-        raise InputError(f"enabled must be a bool, got {type(enabled).__name__} {enabled!r}")
-    enabled = bool(enabled)
-    h = handle()
-    if enabled != _tf32:
-        mode = TF32_TENSOR_OP_MATH if enabled else DEFAULT_MATH
-        _cublas.cublasCheckStatus(_cublas._libcublas.cublasSetMathMode(h, mode))
-        _tf32 = enabled
-
-
-def tf32_enabled():
-    """What cuBLAS's math mode is now (read back from cuBLAS)."""
-    h = handle()
-    mode = ctypes.c_int()
-    _cublas.cublasCheckStatus(_cublas._libcublas.cublasGetMathMode(h, ctypes.byref(mode)))
-    return mode.value == TF32_TENSOR_OP_MATH
-
-
-@contextlib.contextmanager
-def tf32(enabled=True):
-    """``with tf32():`` runs the GEMMs inside in TF32, then restores the previous mode."""
-    before = tf32_enabled()
-    set_tf32(enabled)
-    try:
-        yield
-    finally:
-        set_tf32(before)
+        _handle = None
 
 
 def sgemm_strided_batched(transa, transb, m, n, k, alpha, A, lda, stride_a,
-                          B, ldb, stride_b, beta, C, ldc, stride_c, batch):
+                          B, ldb, stride_b, beta, C, ldc, stride_c, batch, tf32=False):
     """cublasSgemmStridedBatched, column-major, on device pointers (ints or gpudata).
 
-    For each of ``batch`` matrices: C = alpha·op(A)·op(B) + beta·C, op per 'n' or 't'.
+    For each of ``batch`` matrices: C = alpha·op(A)·op(B) + beta·C, op per 'n' or 't';
+    in exact fp32 (``tf32=False``) or on TF32 tensor cores (``tf32=True``).
     """
+    tf32 = check_tf32(tf32)
     if transa not in OPS or transb not in OPS:
         raise InputError(f"transa and transb must be 'n' or 't', got {transa!r}, {transb!r}")
     for name, value in (("m", m), ("n", n), ("k", k), ("stride_a", stride_a),
@@ -120,6 +89,8 @@ def sgemm_strided_batched(transa, transb, m, n, k, alpha, A, lda, stride_a,
     for name, value in (("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batch", batch)):
         check_int(name, value, minimum=1)
     h = handle()
+    mode = TF32_TENSOR_OP_MATH if tf32 else DEFAULT_MATH
+    _cublas.cublasCheckStatus(_cublas._libcublas.cublasSetMathMode(h, mode))
     a, b = ctypes.c_float(alpha), ctypes.c_float(beta)
     status = _cublas._libcublas.cublasSgemmStridedBatched(
         h, OPS[transa], OPS[transb], m, n, k, ctypes.byref(a),

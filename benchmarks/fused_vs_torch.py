@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a c
 
 import numpy as np
 
-from attnlab import attention, bench, fused, gemm
+from attnlab import attention, bench, fused
 from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info, free_memory
 from attnlab.errors import AttnlabError, GPUMemoryError, InputError
@@ -97,7 +97,6 @@ def run_k8(inp, dout, B, T, C, NH, repeats):
             res[name] = dict(status="ok", buffer_bytes=need, measured_bytes=measured,
                              **timing_dict(t))
             log(f"  {name}: {t.median_ms:10.3f} ms  ({time.perf_counter() - t0:.1f} s)")
-        gemm.set_tf32(False)
     return res
 
 

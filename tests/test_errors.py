@@ -337,7 +337,6 @@ NO_GPU_CALLS = {
     "gpu_backward": lambda: attention.gpu_backward(DOUT, INP, NH),
     "load": lambda: kernels.load("permute", ATTNLAB_NO_GPU_TEST=1),   # a define no cache holds
     "compile_source": lambda: kernels.compile_source('extern "C" __global__ void k() {}'),
-    "set_tf32": lambda: gemm.set_tf32(False),
     "sgemm": lambda: gemm.sgemm_strided_batched("n", "n", 1, 1, 1, 1.0, 0, 1, 1, 0, 1, 1,
                                                  0.0, 0, 1, 1, 1),
     "benchmark": lambda: bench.benchmark(lambda: None),
@@ -478,10 +477,17 @@ def test_sgemm_dimensions_are_checked(forbid_gpu):
         gemm.sgemm_strided_batched("n", "n", -1, 1, 1, 1.0, 0, 1, 1, 0, 1, 1, 0.0, 0, 1, 1, 1)
 
 
-def test_set_tf32_wants_a_bool(forbid_gpu):
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda: gemm.sgemm_strided_batched("n", "n", 1, 1, 1, 1.0, 0, 1, 1, 0, 1, 1,
+                                                    0.0, 0, 1, 1, 1, tf32="no"), id="sgemm"),
+    pytest.param(lambda: attention.gpu_forward(INP, NH, tf32="no"), id="gpu_forward"),
+    pytest.param(lambda: attention.gpu_backward(DOUT, INP, NH, tf32="no"), id="gpu_backward"),
+])
+def test_tf32_wants_a_bool(forbid_gpu, call):
     """A str is refused: bool('no') is True, so taking it would turn TF32 on."""
-    with pytest.raises(InputError, match="enabled must be a bool, got str 'no'"):
-        gemm.set_tf32("no")
+    with pytest.raises(InputError, match=r"tf32 must be True \(TF32 tensor cores\) or False "
+                                         r"\(fp32 CUDA cores\), got str 'no'"):
+        call()
 
 
 # ------------------------------------------------------------ bench

@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 import pytest
 
-from attnlab import GPUMemoryError, InputError, KernelCompileError, fused, kernels
+from attnlab import GPUMemoryError, InputError, KernelCompileError, cli, fused, kernels
 from attnlab.archs import ARCHS, LIMITS
 from attnlab.problem import make_inputs
 from attnlab.reference import causal_mask, split_heads
@@ -37,8 +37,8 @@ def gpu_forbidden(monkeypatch):
     """Any use of the GPU during the test fails it."""
     def touched(*args, **kwargs):
         raise AssertionError("the GPU was touched before the arguments were checked")
-    for where in ("attnlab.fused.context", "attnlab.attention.free_memory",
-                  "attnlab.attention.context", "attnlab.device.context", "attnlab.device.require_gpu",
+    for where in ("attnlab.fused.context", "attnlab.buffers.free_memory",
+                  "attnlab.buffers.context", "attnlab.device.context", "attnlab.device.require_gpu",
                   "attnlab.kernels.compile_source"):
         monkeypatch.setattr(where, touched)
 
@@ -74,13 +74,15 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
             call()
 
 
-def test_cli_helper_checks_before_the_gpu(gpu_forbidden):
-    args = argparse.Namespace(B=1, T=64, C=96, NH=3, seed=0, repeats=3, tf32=False)
+def test_cli_backward_9_checks_before_the_gpu(gpu_forbidden):
+    common = dict(command="backward", kernel=fused.FUSED_KERNEL, seed=0, warmup=2,
+                  block_sizes=None)
+    args = argparse.Namespace(B=1, T=64, C=96, NH=3, repeats=3, tf32=False, **common)
     with pytest.raises(InputError, match="HS"):
-        fused.run_cli(args)
-    args = argparse.Namespace(B=1, T=64, C=128, NH=2, seed=0, repeats=0, tf32=True)
+        cli.run(args)
+    args = argparse.Namespace(B=1, T=64, C=128, NH=2, repeats=0, tf32=True, **common)
     with pytest.raises(InputError, match="repeats"):
-        fused.run_cli(args)
+        cli.run(args)
 
 
 @pytest.mark.parametrize("T, tiles", [(4, 1), (60, 1), (64, 1), (68, 2), (260, 5), (516, 9),
@@ -139,8 +141,8 @@ def test_memory_grows_like_T_not_T_squared():
 
 
 def test_memory_is_checked_before_allocating(monkeypatch):
-    monkeypatch.setattr("attnlab.attention.context", lambda: None)
-    monkeypatch.setattr("attnlab.attention.free_memory", lambda: (1000, 2000))
+    monkeypatch.setattr("attnlab.buffers.context", lambda: None)
+    monkeypatch.setattr("attnlab.buffers.free_memory", lambda: (1000, 2000))
     need = fused.fused_bytes_needed(1, 64, 128, 2)
     with pytest.raises(GPUMemoryError, match=rf"{need:,} bytes.*1,000 bytes"):
         fused.FusedBuffers(1, 64, 128, 2)

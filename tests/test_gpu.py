@@ -86,21 +86,42 @@ def test_same_seed_same_bits_in_fresh_buffers(small):
     assert all(np.array_equal(a, b) for a, b in zip(*results))
 
 
-def test_tf32_is_a_visible_choice(default_buf, default):
-    gemm.set_tf32(True)
-    assert gemm.tf32_enabled()
+def test_tf32_is_chosen_per_call(default_buf, default):
+    """tf32=True runs that call's GEMMs on TF32 tensor cores (dinp's error against the CPU
+    reference grows by orders of magnitude), and only that call's: the next call, with the
+    default, is exact fp32 again, bit for bit what it was before the TF32 call."""
+    attention.backward(default_buf, 8, 256)
+    fp32_dinp = default_buf.get("dinp")
     attention.forward(default_buf, tf32=True)
     check_forward(default_buf, default, tf32=True)
     attention.backward(default_buf, 8, 256, tf32=True)
     check_backward(default_buf, default, tf32=True)
-    tf32_dinp = default_buf.get("dinp")
-    attention.forward(default_buf, tf32=False)
-    attention.backward(default_buf, 8, 256, tf32=False)
-    assert not gemm.tf32_enabled()
-    assert not np.array_equal(tf32_dinp, default_buf.get("dinp")), "TF32 must change the GEMMs"
-    with gemm.tf32():
-        assert gemm.tf32_enabled()
-    assert not gemm.tf32_enabled()
+    tf32_err = np.abs(default_buf.get("dinp") - default.dinp).max()
+    attention.forward(default_buf)
+    attention.backward(default_buf, 8, 256)
+    check_backward(default_buf, default)
+    assert np.array_equal(default_buf.get("dinp"), fp32_dinp), "a TF32 call changed a later fp32 one"
+    fp32_err = np.abs(fp32_dinp - default.dinp).max()
+    assert tf32_err > 10 * fp32_err, f"TF32 error {tf32_err:.3g}, fp32 error {fp32_err:.3g}"
+
+
+def test_a_gemm_runs_in_the_precision_it_is_given():
+    """gemm.sgemm_strided_batched on its own: C = A·B against float64, TF32 then fp32 twice."""
+    import pycuda.gpuarray as gpuarray
+    rng = np.random.default_rng(0)
+    M, N, K = 64, 48, 512
+    a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((M, K), (K, N)))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    A, B, C = gpuarray.to_gpu(a), gpuarray.to_gpu(b), gpuarray.zeros((M, N), np.float32)
+    results = []
+    for tf32 in (True, False, False):
+        # row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: operands swapped
+        gemm.sgemm_strided_batched("n", "n", N, M, K, 1.0, B.gpudata, N, 0, A.gpudata, K, 0,
+                                   0.0, C.gpudata, N, 0, 1, tf32=tf32)
+        results.append(C.get())
+    tf32_err, fp32_err = (np.abs(r - exact).max() for r in results[:2])
+    assert fp32_err < 1e-4 and tf32_err > 10 * fp32_err, (tf32_err, fp32_err)
+    assert np.array_equal(results[1], results[2])
 
 
 def test_numpy_api(small):
