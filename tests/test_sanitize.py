@@ -1,15 +1,18 @@
 """``python -m attnlab sanitize``: the commands it builds, how it reads compute-sanitizer's
-output, and its exit status. Everything but the last two tests runs without a GPU (the
-sanitizer's output is canned); those two run compute-sanitizer for real on a GPU host."""
+output, its exit status and the target process. Everything but the tests marked gpu runs
+without a GPU (the sanitizer's output is canned, the kernels are fakes); those run
+compute-sanitizer for real on a GPU host."""
 import json
 import os
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 
 from attnlab import InputError, sanitize
+from attnlab.processes import Finished
 from attnlab.sanitize import Result, SHAPES
 
 CLEAN = """\
@@ -75,6 +78,7 @@ ImportError: No module named pycuda
 
 SMALL = SHAPES["small"]
 DEFAULT = SHAPES["default"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sanitize.__file__)))
 
 
 def result(text, tool="memcheck", rc=0, timed_out=False, shape=SMALL, name="small"):
@@ -87,20 +91,21 @@ def result(text, tool="memcheck", rc=0, timed_out=False, shape=SMALL, name="smal
 @pytest.mark.parametrize("tool", sanitize.TOOLS)
 def test_command_runs_the_target_under_the_tool(tool):
     cmd = sanitize.sanitizer_command("/cuda/bin/compute-sanitizer", tool,
-                                     sanitize.target_args(SMALL, [(4, 256), (8, 32)]), port=49172)
+                                     sanitize.target_args([(SMALL, [(4, 256), (8, 32)])]),
+                                     port=49172)
     assert cmd[:3] == ["/cuda/bin/compute-sanitizer", "--tool", tool]
     assert cmd[cmd.index("--error-exitcode") + 1] == "99"
     assert cmd[cmd.index("--port") + 1] == "49172"
     # the target comes last, after every sanitizer option
     i = cmd.index(sys.executable)
     assert cmd[i:] == [sys.executable, "-m", "attnlab.sanitize", "--target",
-                       "--shape", "1x516x192x3", "--runs", "4:256,8:32"]
+                       "--shape", "1x516x192x3", "--runs", "4:256,8:32", "--extra", "fused,ceilings"]
     assert all(not a.startswith("--") or a in sanitize.COMMON_OPTIONS + sanitize.TOOL_OPTIONS[tool]
                + ("--tool", "--port") for a in cmd[:i])
 
 
 def test_tool_specific_flags():
-    args = sanitize.target_args(SMALL, [(8, 256)])
+    args = sanitize.target_args([(SMALL, [(8, 256)])])
     mem = sanitize.sanitizer_command("cs", "memcheck", args)
     assert mem[mem.index("--leak-check") + 1] == "full"
     race = sanitize.sanitizer_command("cs", "racecheck", args)
@@ -130,16 +135,33 @@ def test_plan_adds_extra_block_sizes_to_kernels_compiled_per_block_size():
 
 def test_target_args_round_trip():
     runs, _ = sanitize.plan(SMALL, [3, 6])
-    args = sanitize.target_args(SMALL, runs)
+    args = sanitize.target_args([(SMALL, runs)], extra=("ceilings",))
     assert sanitize._parse_runs(args[args.index("--runs") + 1]) == runs
     assert sanitize.parse_shape(args[args.index("--shape") + 1])[1] == SMALL
+    assert sanitize.parse_extra(args[args.index("--extra") + 1]) == ("ceilings",)
+    assert sanitize.target_args([(SMALL, runs)], extra=())[-2:] == ["--extra", "none"]
+    assert sanitize.target_args([], plant="racecheck") == ["--target", "--plant", "racecheck"]
+
+
+def test_extra_names_the_targets_besides_the_softmax_pipeline():
+    assert sanitize.parse_extra("fused,ceilings") == ("fused", "ceilings")
+    assert sanitize.parse_extra("ceilings") == ("ceilings",)
+    assert sanitize.parse_extra("none") == sanitize.parse_extra("") == ()
+    with pytest.raises(InputError, match="--extra must be a comma-separated subset of "
+                                         "fused,ceilings, got 'flash'"):
+        sanitize.parse_extra("flash")
+
+
+def test_the_default_shape_is_the_series_default():
+    from attnlab.problem import DEFAULT
+    assert SHAPES["default"] is DEFAULT and SHAPES["small"].astuple() == (1, 516, 192, 3)
 
 
 @pytest.mark.parametrize("text, shape", [("default", (4, 1024, 768, 12)),
                                          ("small", (1, 516, 192, 3)),
                                          ("2x260x192x3", (2, 260, 192, 3))])
 def test_parse_shape(text, shape):
-    assert sanitize.parse_shape(text)[1] == shape
+    assert sanitize.parse_shape(text)[1].astuple() == shape
 
 
 @pytest.mark.parametrize("text, match", [
@@ -284,14 +306,15 @@ def fake_gpu_host(monkeypatch):
     monkeypatch.setattr(sanitize, "sanitizer_version", lambda exe: "2025.3.1.0")
     calls = []
 
-    def answer(cmd, timeout):
+    def answer(cmd, timeout, *, env=None, cwd=None, merge_stderr=False):
+        assert merge_stderr and env["PYTHONPATH"].split(os.pathsep)[0] == ROOT
         calls.append(cmd)
         if cmd[0] == sys.executable:            # the native run
-            return 0, '@@attnlab-sanitize {"step": "done"}\n', 1.0, False
+            return Finished(0, '@@attnlab-sanitize {"step": "done"}\n', "", 1.0, False)
         tool = cmd[cmd.index("--tool") + 1]
-        return (99, RACE, 2.0, False) if tool == "racecheck" else (0, CLEAN, 2.0, False)
+        return Finished(*((99, RACE) if tool == "racecheck" else (0, CLEAN)), "", 2.0, False)
 
-    monkeypatch.setattr(sanitize, "run_command", answer)
+    monkeypatch.setattr(sanitize, "run_process", answer)
     return calls
 
 
@@ -312,29 +335,35 @@ def test_cli_runs_native_first_then_each_tool_and_shape(fake_gpu_host, capsys):
         ("synccheck", "1x516x192x3"), ("synccheck", "4x1024x768x12")]
     default_run = next(c for c in runs if "4x1024x768x12" in c)
     assert default_run[default_run.index("--runs") + 1] == "8:256,8:32,8:1024"   # no kernel 1
+    assert all(c[c.index("--extra") + 1] == "fused,ceilings" for c in [native, *runs])
     assert "kernel 1 skipped at B=4 T=1024 C=768 NH=12" in out
     assert "all clean: 0 errors in every run" in out
     assert len({c[c.index("--port") + 1] for c in runs}) == 4, "parallel runs use their own ports"
 
 
-def test_cli_split_runs_each_kernel_and_the_extra_steps_on_their_own(fake_gpu_host, capsys,
-                                                                      tmp_path, monkeypatch):
-    monkeypatch.setattr(sanitize, "exclude_option", lambda exe: "--kernel-name-exclude")
+def test_cli_split_runs_each_kernel_and_each_named_target_on_its_own(fake_gpu_host, capsys,
+                                                                      tmp_path):
     status = run_cli("--shapes", "default", "--tools", "racecheck", "--kernels", "4,8",
                      "--extra-block-sizes", "32", "--split", "--log-dir", str(tmp_path))
     out, err = capsys.readouterr()
     assert status == 1, out + err                      # the canned racecheck output has a race
     native, *runs = fake_gpu_host
-    assert "--no-extra" not in native                  # natively: everything, once
-    got = sorted((c[c.index("--runs") + 1], "--no-extra" in c) for c in runs)
-    assert got == [("", False), ("4:256", True), ("8:256", True), ("8:32", True)]
+    assert native[native.index("--extra") + 1] == "fused,ceilings"   # natively: all, once
+    got = sorted((c[c.index("--runs") + 1], c[c.index("--extra") + 1]) for c in runs)
+    assert got == [("", "ceilings"), ("", "fused"), ("4:256", "none"), ("8:256", "none"),
+                   ("8:32", "none")]
     assert all(c[c.index("--kernel-name-exclude") + 1] == "kns=gemm" for c in runs)
+    assert len({c[c.index("--port") + 1] for c in runs}) == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "racecheck-default-extra.log", "racecheck-default-k4-bs256.log",
-        "racecheck-default-k8-bs256.log", "racecheck-default-k8-bs32.log"]
-    assert "racecheck default k8-bs32: ERRORS" in err
+        "racecheck-default-ceilings.log", "racecheck-default-fused.log",
+        "racecheck-default-k4-bs256.log", "racecheck-default-k8-bs256.log",
+        "racecheck-default-k8-bs32.log"]
+    assert (tmp_path / "racecheck-default-fused.log").read_text().startswith(
+        "/fake/compute-sanitizer --tool racecheck")
+    assert "racecheck default k8-bs32: ERRORS" in err and "racecheck default fused: ERRORS" in err
+    assert "kernels named *gemm* (cuBLAS's GEMMs) run uninstrumented" in out
     table = out.split("\n\n")[0]
-    assert "forward only" not in table and "+ extra" in table and " 8@32 " in table
+    assert "forward only" not in table and "+ fused " in table and " 8@32 " in table
 
 
 def test_cli_self_test_runs_each_planted_bug_and_says_which_were_missed(fake_gpu_host, capsys):
@@ -348,10 +377,11 @@ def test_cli_self_test_runs_each_planted_bug_and_says_which_were_missed(fake_gpu
 
 
 def test_split_parts():
-    assert sanitize.split_parts([(2, 256), (6, 32)]) == [
-        ("k2-bs256", [(2, 256)], False), ("k6-bs32", [(6, 32)], False), ("extra", [], True)]
-    assert sanitize.target_args(SMALL, [(2, 256)], extra=False)[-1] == "--no-extra"
-    assert "--no-extra" not in sanitize.target_args(SMALL, [(2, 256)])
+    assert sanitize.split_parts([(2, 256), (6, 32)], ("fused", "ceilings")) == [
+        ("k2-bs256", [(2, 256)], ()), ("k6-bs32", [(6, 32)], ()),
+        ("fused", [], ("fused",)), ("ceilings", [], ("ceilings",))]
+    assert sanitize.split_parts([(2, 256)], ()) == [("k2-bs256", [(2, 256)], ())]
+    assert sanitize.split_parts([], ()) == [("", [], ())]      # the forward, at least
 
 
 def test_cli_exits_1_and_shows_the_errors(fake_gpu_host, capsys):
@@ -362,6 +392,9 @@ def test_cli_exits_1_and_shows_the_errors(fake_gpu_host, capsys):
     assert by_tool["memcheck"]["status"] == "clean"
     assert by_tool["racecheck"]["status"] == "ERRORS"
     assert by_tool["racecheck"]["report"]["kernels"] == ["softmax_autoregressive_backward_kernel8"]
+    assert by_tool["memcheck"]["shape"] == [1, 516, 192, 3]
+    assert by_tool["memcheck"]["extra"] == ["fused", "ceilings"]
+    assert set(out) >= {"sanitizer", "version", "ok", "skipped", "runs", "native_steps", "not_run"}
 
 
 def test_cli_without_compute_sanitizer_exits_2(monkeypatch, tmp_path, capsys):
@@ -393,6 +426,8 @@ def test_cli_without_gpu_exits_2(monkeypatch, capsys):
     (["--shapes", "4x1022x768x12"], "T must be a multiple of 4"),
     (["--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["--timeout", "0"], "--timeout must be >= 1, got 0"),
+    (["--extra", "fused,flash"], "--extra must be a comma-separated subset of fused,ceilings, "
+                                 "got 'flash'"),
 ])
 def test_cli_bad_options_exit_2_before_anything_runs(args, message):
     p = subprocess.run([sys.executable, "-m", "attnlab", "sanitize", *args],
@@ -421,11 +456,12 @@ def test_small_sanitize_run_is_clean():
         assert r["report"]["errors"] == 0 and r["status"] == "clean"
         ran = {(s.get("kernel"), s.get("block_size")) for s in r["steps"] if s["step"] == "backward"}
         assert ran == {(4, 256), (8, 256), (8, 32), (8, 1024)}
+        assert [s["target"] for s in r["steps"] if s["step"] == "extra"] == ["fused", "ceilings"]
 
 
 @pytest.mark.gpu
 @needs_sanitizer
-def test_split_run_covers_the_kernel_and_the_extra_steps_apart():
+def test_split_run_covers_the_kernel_and_each_named_target_apart():
     p = subprocess.run([sys.executable, "-m", "attnlab", "sanitize", "--shapes", "small",
                         "--tools", "memcheck", "--kernels", "8", "--extra-block-sizes", "none",
                         "--split", "--json"],
@@ -435,15 +471,16 @@ def test_split_run_covers_the_kernel_and_the_extra_steps_apart():
     assert out["ok"] and out["not_run"] == {f"softmax_backward{k}": "not selected (--kernels)"
                                             for k in range(1, 8)}
     by_part = {r["part"]: r for r in out["runs"]}
-    assert sorted(by_part) == ["extra", "k8-bs256"]
+    assert sorted(by_part) == ["ceilings", "fused", "k8-bs256"]
     for part, r in by_part.items():
         assert r["status"] == "clean" and r["report"]["errors"] == 0
         kinds = [s["step"] for s in r["steps"]]
-        if part == "extra":
-            assert kinds == ["forward"] + ["extra"] * len(sanitize.EXTRA_STEP_MODULES) + ["done"]
-            assert [s["module"] for s in r["steps"][1:-1]] == list(sanitize.EXTRA_STEP_MODULES)
+        if part == "k8-bs256":
+            assert kinds == ["forward", "backward", "done"] and r["extra"] == []
         else:
-            assert kinds == ["forward", "backward", "done"]
+            assert kinds == ["forward", "extra", "done"] and r["extra"] == [part]
+            assert r["steps"][1]["target"] == part
+            assert set(r["steps"][1]["sources"]) >= set(sanitize.TARGETS[part][1])
 
 
 @pytest.mark.gpu
@@ -493,13 +530,20 @@ def fake_attention(monkeypatch):
     monkeypatch.setattr(attention, "forward", lambda buf, bs: FakeBuffers.log.append(("fwd", bs)))
     monkeypatch.setattr(attention, "backward",
                         lambda buf, k, bs: FakeBuffers.log.append(("bwd", k, bs)))
-    monkeypatch.setattr(sanitize, "EXTRA_STEP_MODULES", ())     # attnlab.fused needs a GPU
+    def fake_target(name, sources):               # the real ones need a GPU
+        def steps(B, T, C, NH):
+            FakeBuffers.log.append((name, (B, T, C, NH)))
+            return list(sources)
+        return steps, sources
+    monkeypatch.setattr(sanitize, "TARGETS", {
+        "fused": fake_target("fused", ("flash_attention",)),
+        "ceilings": fake_target("ceilings", ("ceilings", "l2_flush"))})
     return FakeBuffers.log
 
 
 def test_target_runs_forward_once_then_each_backward(fake_attention, capsys):
     args = ["--target", "--shape", "1x516x192x3", "--runs", "4:256,8:32",
-            "--shape", "2x8x6x2", "--runs", ""]
+            "--shape", "2x8x6x2", "--runs", "", "--extra", "none"]
     assert sanitize.main(args) == 0
     assert fake_attention == [
         ("alloc", (1, 516, 192, 3)), ("set", "inp"), ("set", "dout"), ("fwd", 256),
@@ -525,6 +569,8 @@ def test_target_checks_its_arguments(capsys):
     assert "kernel must be one of" in capsys.readouterr().err
     assert sanitize.main(["--target", "--shape", "small"]) == 2
     assert "give one --runs per --shape" in capsys.readouterr().err
+    assert sanitize.main(["--target", "--shape", "small", "--runs", "", "--extra", "x"]) == 2
+    assert "--extra must be a comma-separated subset of fused,ceilings" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -536,49 +582,61 @@ def test_planted_bugs_compile(tool):
     kernels.nvcc_check(source, f"planted_{tool}.cu")
 
 
-def test_target_runs_the_sanitize_steps_of_other_modules(fake_attention, monkeypatch, tmp_path,
-                                                         capsys):
-    (tmp_path / "fake_fused_for_sanitize.py").write_text(
-        "calls = []\n"
-        "def sanitize_steps(B, T, C, NH):\n"
-        "    calls.append((B, T, C, NH))\n"
-        "    return ['flash_attention']\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sanitize, "EXTRA_STEP_MODULES", ("fake_fused_for_sanitize",
-                                                         "no_such_module_here"))
-    assert sanitize.main(["--target", "--shape", "small", "--runs", "8:256"]) == 0
-    import fake_fused_for_sanitize
-    assert fake_fused_for_sanitize.calls == [SMALL]
+def test_target_runs_the_named_targets_after_the_pipeline(fake_attention, capsys):
+    assert sanitize.main(["--target", "--shape", "small", "--runs", "8:256",
+                          "--shape", "2x8x6x2", "--runs", ""]) == 0     # default: every target
+    assert [e for e in fake_attention if e[0] in ("fwd", "bwd", "fused", "ceilings")] == [
+        ("fwd", 256), ("bwd", 8, 256), ("fused", (1, 516, 192, 3)), ("ceilings", (1, 516, 192, 3)),
+        ("fwd", 256), ("fused", (2, 8, 6, 2)), ("ceilings", (2, 8, 6, 2))]
     steps = sanitize.target_records(capsys.readouterr().out)
     extra = [s for s in steps if s["step"] == "extra"]
-    assert extra[0]["module"] == "fake_fused_for_sanitize"
-    assert extra[0]["sources"] == ["flash_attention"]
+    assert [(s["target"], s["shape"], s["sources"]) for s in extra[:2]] == [
+        ("fused", [1, 516, 192, 3], ["flash_attention"]),
+        ("ceilings", [1, 516, 192, 3], ["ceilings", "l2_flush"])]
+    assert steps[-1] == {"step": "done"}
 
 
-def test_target_without_extra_steps(fake_attention, monkeypatch, tmp_path, capsys):
-    (tmp_path / "fake_fused_never_called.py").write_text(
-        "def sanitize_steps(B, T, C, NH):\n"
-        "    raise AssertionError('--no-extra must leave the extra steps out')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sanitize, "EXTRA_STEP_MODULES", ("fake_fused_never_called",))
-    assert sanitize.main(["--target", "--shape", "small", "--runs", "8:256", "--no-extra"]) == 0
+@pytest.mark.parametrize("extra, ran", [("ceilings", ["ceilings"]), ("none", [])])
+def test_target_runs_only_the_named_targets_chosen(fake_attention, capsys, extra, ran):
+    assert sanitize.main(["--target", "--shape", "small", "--runs", "8:256", "--extra", extra]) == 0
+    assert [e[0] for e in fake_attention if e[0] in sanitize.TARGETS] == ran
     steps = sanitize.target_records(capsys.readouterr().out)
-    assert [s["step"] for s in steps] == ["forward", "backward", "done"]
+    assert [s["step"] for s in steps] == ["forward", "backward"] + ["extra"] * len(ran) + ["done"]
+
+
+@pytest.mark.parametrize("name, module", [("fused", "attnlab.fused"),
+                                          ("ceilings", "attnlab.ceilings")])
+def test_each_named_target_calls_its_modules_sanitize_steps(monkeypatch, name, module):
+    calls = []
+    fake = types.ModuleType(module)
+    fake.sanitize_steps = lambda B, T, C, NH: calls.append((B, T, C, NH)) or ["x"]
+    monkeypatch.setitem(sys.modules, module, fake)
+    assert sanitize.TARGETS[name][0](1, 516, 192, 3) == ["x"] and calls == [(1, 516, 192, 3)]
+
+
+def test_every_kernel_source_is_covered_by_a_run():
+    """The pipeline, a softmax-backward kernel or a named target runs each kernels/*.cu."""
+    from attnlab.kernels import KERNEL_DIR
+    covered = set(sanitize.PIPELINE_SOURCES) | {f"softmax_backward{k}" for k in range(1, 9)}
+    covered |= {src for _, sources in sanitize.TARGETS.values() for src in sources}
+    assert {p.stem for p in KERNEL_DIR.glob("*.cu")} <= covered
 
 
 def test_sources_not_run_are_listed():
     sources = ["permute", "softmax_forward", "softmax_backward1", "softmax_backward8",
-               "flash_attention"]
-    r = result(CLEAN)                                   # ran kernel 8 only
+               "flash_attention", "ceilings", "mystery"]
+    r = result(CLEAN)                                   # ran kernel 8 only, no named target
     assert sanitize.uncovered_sources([r], sources) == {
         "softmax_backward1": "not selected (--kernels)",
-        "flash_attention": "no run reported it: none of ['attnlab.fused', 'attnlab.ceilings'] defines "
-                           "sanitize_steps(B, T, C, NH) running it"}
-    r.steps.append({"step": "extra", "module": "attnlab.fused", "sources": []})
+        "flash_attention": "its target 'fused' was not selected (--extra)",
+        "ceilings": "its target 'ceilings' was not selected (--extra)",
+        "mystery": "no target runs it (add one to TARGETS in attnlab/sanitize.py)"}
+    r.extra = ("fused", "ceilings")
+    r.steps.append({"step": "extra", "target": "ceilings", "sources": ["ceilings"]})
     assert sanitize.uncovered_sources([r], sources)["flash_attention"] == (
-        "the sanitize_steps of ['attnlab.fused'] did not run it at these shapes")
-    r.steps.append({"step": "extra", "module": "attnlab.fused", "sources": ["flash_attention"]})
-    assert set(sanitize.uncovered_sources([r], sources)) == {"softmax_backward1"}
+        "its target 'fused' did not run it at these shapes on this GPU")
+    r.steps.append({"step": "extra", "target": "fused", "sources": ["flash_attention"]})
+    assert set(sanitize.uncovered_sources([r], sources)) == {"softmax_backward1", "mystery"}
 
 
 def test_racecheck_leaves_cublas_uninstrumented_only_at_large_shapes():
@@ -591,13 +649,9 @@ def test_racecheck_leaves_cublas_uninstrumented_only_at_large_shapes():
     assert cmd[i + 1] == "kns=gemm" and cmd.index("-m") > i
 
 
-def test_exclude_option_is_read_from_help(tmp_path):
-    def fake(help_text):
-        exe = tmp_path / "compute-sanitizer"
-        exe.write_text(f"#!/bin/sh\necho '{help_text}'\n")
-        exe.chmod(0o755)
-        return str(exe)
-    assert sanitize.exclude_option(fake("  --kernel-name-exclude arg  key1=val1")) == "--kernel-name-exclude"
-    assert sanitize.exclude_option(fake("  --kernel-regex-exclude arg")) == "--kernel-regex-exclude"
-    assert sanitize.exclude_option(fake("  --tool arg")) is None
-    assert sanitize.exclude_option(str(tmp_path / "missing")) is None
+def test_sanitizer_version_is_read_from_its_output(tmp_path):
+    exe = tmp_path / "compute-sanitizer"
+    exe.write_text("#!/bin/sh\necho 'NVIDIA (R) Compute Sanitizer'\necho 'Version 2025.3.1.0'\n")
+    exe.chmod(0o755)
+    assert sanitize.sanitizer_version(str(exe)) == "2025.3.1.0"
+    assert sanitize.sanitizer_version(str(tmp_path / "missing")) == "unknown version"
