@@ -5,9 +5,10 @@ notebook cell), the hints on synthetic arrays, the guard, race and crash reports
 solutions switch, and the notebooks' structure.
 
 On a GPU (marked ``gpu``): every checker passes its reference solution; every planted wrong
-kernel in tests/planted/ fails with the right message; an illegal address and a hang are
-reported as such and leave the calling process's CUDA context usable (a check that passes
-follows each); the kernel-8 sweep; and the notebooks' skeletons fail as they should.
+kernel (tests/planted_bugs.py: a solution with one line changed) fails with the right message;
+an illegal address and a hang are reported as such and leave the calling process's CUDA context
+usable (a check that passes follows each); the kernel-8 sweep; and the notebooks' skeletons
+fail as they should.
 """
 import json
 import re
@@ -18,10 +19,14 @@ import numpy as np
 import pytest
 
 from attnlab import exercises as ex
+from attnlab import bench
 from attnlab.device import has_gpu
+from attnlab.exercises import cases as exercise_cases
+from attnlab.exercises import jobs, memory, mistakes, solutions, spec, timing
+from attnlab.problem import DEFAULT, SMALL
+from planted_bugs import BUGS, planted
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANTED = Path(__file__).resolve().parent / "planted"
 NOTEBOOKS = ROOT / "notebooks" / "exercises"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 CHECKERS = {"e1_permute": "check_permute", "e2_softmax_forward": "check_softmax_forward",
@@ -35,10 +40,6 @@ def own_kernels(monkeypatch):
     """Check the kernels given, never the solutions (notebooks/exercises/conftest.py sets the
     switch only around its own notebooks, but a user may have it in the environment)."""
     monkeypatch.delenv(ex.SOLUTIONS_ENV, raising=False)
-
-
-def planted(name):
-    return (PLANTED / name).read_text()
 
 
 def notebook(key):
@@ -86,6 +87,54 @@ def test_the_skeleton_cell_starts_with_the_string_so_lines_match_the_cell():
         assert ex.cell_line_offset(src, ["import x", cell, "ex.check(my_kernel)"]) == 0
 
 
+# what each notebook's last cell does to the solution, and what the check must then say
+WRONG_KERNEL_SAYS = {
+    "e1_permute": ["your k holds the values that belong in v"],
+    "e2_softmax_forward": ["softmax(preatt), not softmax(scale * preatt)"],
+    "e3_kernel7_from_jacobian": ["runs over the whole row: it must stop at t2 = t"],
+    "e4_tune_kernel8": ["whole rows, the same in every (b, h): t = 0..191"],
+    "e5_beat_kernel": ["only the diagonal t2 == t", "your sum S stops one short"],
+}
+
+
+def checker_section(key):
+    """The code cell of the notebook's last section, "What the checker says"."""
+    cells = notebook(key).cells
+    assert cells[-2].cell_type == "markdown"
+    assert cells[-2].source.startswith("## What the checker says"), key
+    assert cells[-1].cell_type == "code"
+    return cells[-1]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("key", sorted(CHECKERS))
+def test_each_notebook_ends_with_a_wrong_kernel_checked_without_raising(key):
+    """One line of the solution changed, checked with raises=False (nbval then passes on the
+    report) and use_solution=False (ATTNLAB_EXERCISE_SOLUTIONS must not replace it)."""
+    cell = checker_section(key)
+    assert "nbval-ignore-output" in cell.metadata.get("tags", [])
+    calls = []
+
+    class Exercises:             # attnlab.exercises, with the checker recording its call
+        def __getattr__(self, name):
+            if name != CHECKERS[key]:
+                return getattr(ex, name)
+
+            def checker(source, **kw):
+                calls.append((source, kw))
+                return ex.CheckResult(key, False, "wrong", "")
+            return checker
+    exec(cell.source, {"ex": Exercises()})
+    (source, kw), = calls
+    assert kw["use_solution"] is False and kw["raises"] is False and kw["timing"] is False
+    solution = ex.solution_source(key).splitlines()
+    assert len(source.splitlines()) == len(solution)
+    assert sum(a != b for a, b in zip(solution, source.splitlines())) == 1
+    e = ex.EXERCISES[key]
+    _, defines = spec.configure(e, {k: v for k, v in kw.items() if k in dict(e.config)})
+    assert ex.compile_check(e, source, ex.FILENAME, defines) is None
+
+
 def test_solution_config_line_is_read():
     assert ex.solution_config("// attnlab-exercise-config: block_size=256 t_per_block=8\n") == \
         {"block_size": 256, "t_per_block": 8}
@@ -97,7 +146,7 @@ def test_solution_config_line_is_read():
 def test_solutions_switch_substitutes_the_solution_and_says_so(monkeypatch, capsys):
     e = ex.EXERCISES["e5_beat_kernel"]
     monkeypatch.setenv(ex.SOLUTIONS_ENV, "1")
-    src, given, filename, sub = ex._resolve(e, "student's kernel", {"block_size": 64})
+    src, given, filename, sub = solutions.resolve(e, "student's kernel", {"block_size": 64})
     assert sub and src == ex.solution_source("e5_beat_kernel")
     assert given == {"block_size": 256, "t_per_block": 8}       # the solution's own choices
     assert filename == "e5_beat_kernel.cu"
@@ -108,6 +157,30 @@ def test_solutions_switch_substitutes_the_solution_and_says_so(monkeypatch, caps
     for off in ("0", "", "false", "no"):
         monkeypatch.setenv(ex.SOLUTIONS_ENV, off)
         assert not ex.use_solutions()
+
+
+def test_use_solution_decides_whatever_the_switch_says(monkeypatch, capsys):
+    e = ex.EXERCISES["e3_kernel7_from_jacobian"]
+    monkeypatch.setenv(ex.SOLUTIONS_ENV, "1")
+    assert solutions.resolve(e, "mine", {}, use_solution=False) == ("mine", {}, ex.FILENAME, False)
+    assert capsys.readouterr().out == ""
+    monkeypatch.delenv(ex.SOLUTIONS_ENV)
+    src, _, _, sub = solutions.resolve(e, "mine", {}, use_solution=True)
+    assert sub and src == ex.solution_source(e.key)
+    assert capsys.readouterr().out.startswith("use_solution=True: checking the reference solution")
+
+
+@needs_nvcc
+def test_a_failing_check_can_return_its_report_instead_of_raising(monkeypatch, capsys):
+    monkeypatch.setenv(ex.SOLUTIONS_ENV, "1")          # as in the notebooks' nbval run
+    wrong = 'extern "C" __global__ void kernel7(float* a) {}'          # another name
+    r = ex.check_kernel7(wrong, use_solution=False, raises=False)
+    assert not r.ok and r.kind == "signature" and not r.solution
+    out = capsys.readouterr().out
+    assert out == r.message + "\n"
+    assert out.startswith("Exercise 3, kernel 7 from the softmax Jacobian: WRONG DECLARATION")
+    r = ex.check_kernel7(wrong, use_solution=False, raises=False, quiet=True)
+    assert not r.ok and capsys.readouterr().out == ""
 
 
 def test_notebook_conftest_sets_the_switch_only_around_its_own_items():
@@ -133,39 +206,42 @@ def test_notebook_conftest_sets_the_switch_only_around_its_own_items():
 
 def test_config_is_checked():
     with pytest.raises(ex.InputError, match="block_size"):
-        ex._config(ex.EXERCISES["e3_kernel7_from_jacobian"], {"block_size": 100})
+        spec.configure(ex.EXERCISES["e3_kernel7_from_jacobian"], {"block_size": 100})
     with pytest.raises(ex.InputError, match="beat must be 6, 7 or 8"):
-        ex._config(ex.EXERCISES["e5_beat_kernel"], {"beat": 2})
+        spec.configure(ex.EXERCISES["e5_beat_kernel"], {"beat": 2})
     with pytest.raises(ex.InputError, match="takes no option"):
-        ex._config(ex.EXERCISES["e1_permute"], {"block_size": 256})
-    cfg, defines = ex._config(ex.EXERCISES["e4_tune_kernel8"], {"t_per_block": 8})
+        spec.configure(ex.EXERCISES["e1_permute"], {"block_size": 256})
+    cfg, defines = spec.configure(ex.EXERCISES["e4_tune_kernel8"], {"t_per_block": 8})
     assert defines == {"BLOCK_SIZE": 256, "T_PER_BLOCK": 8}
 
 
 def test_timing_shape_can_be_changed(monkeypatch):
     monkeypatch.delenv("ATTNLAB_EXERCISE_TIMING_SHAPE", raising=False)
-    assert ex._timing_shape() == ex.TIMING
+    assert spec.timing_shape() == DEFAULT
     monkeypatch.setenv("ATTNLAB_EXERCISE_TIMING_SHAPE", "2,512,192,3")
-    assert ex._timing_shape() == dict(B=2, T=512, C=192, NH=3)
+    assert spec.timing_shape() == dict(B=2, T=512, C=192, NH=3)
     monkeypatch.setenv("ATTNLAB_EXERCISE_TIMING_SHAPE", "2,511,192,3")
     with pytest.raises(ex.InputError, match="multiple of 4"):
-        ex._timing_shape()
+        spec.timing_shape()
 
 
 # ---------------------------------------------------------------- declaration and compile
 
+@needs_nvcc
 def test_declaration_without_extern_c_is_explained():
     msg = ex.check_signature(E3, planted("e3_no_extern_c.cu"))
     assert 'is not declared extern "C"' in msg and "mangling" in msg
     assert E3.call in msg
 
 
+@needs_nvcc
 def test_declaration_with_another_name_lists_the_kernels_found():
     msg = ex.check_signature(E3, 'extern "C" __global__ void kernel7(float* a) {}')
     assert "no __global__ kernel named softmax_autoregressive_backward_kernel7" in msg
     assert "kernel7" in msg
 
 
+@needs_nvcc
 @pytest.mark.parametrize("params, says", [
     ("float* a, const float* b, const float* c, int B, int T, int C",
      "it takes 6 arguments, the checker passes 7"),
@@ -183,6 +259,30 @@ def test_declaration_with_wrong_arguments_is_explained(params, says):
     assert "(line 2)" in msg
 
 
+@needs_nvcc
+def test_the_compiler_checks_the_declaration_not_a_parse_of_its_text():
+    """Types through a typedef or a macro are what the compiler says they are; a __device__
+    function or overloads are named as such; the student's macros do not disturb the check."""
+    head = 'extern "C" __global__ void softmax_autoregressive_backward_kernel7('
+    src = (f"typedef double real;\n{head}float* d, const float* a, const float* b, int B, "
+           f"real T, int C, int NH) {{}}")
+    assert "argument 'real T' is a double, the checker passes an int (T)" in \
+        ex.check_signature(E3, src)
+    src = (f"#define T 1024\n#define ARGS float* d, const float* a, const float* b, int B, "
+           f"int TT, int C, int NH\n{head}ARGS) {{}}")
+    assert ex.check_signature(E3, src) is None
+    src = f"{head}float* d, const float* a, const float* b, int B, short T, int C, int NH) {{}}"
+    assert "argument 'short T' is neither a pointer, a 32-bit int nor a float" in \
+        ex.check_signature(E3, src)
+    msg = ex.check_signature(E3, "__device__ void softmax_autoregressive_backward_kernel7("
+                                 "float* d) {}")
+    assert "(line 1) is a __device__ function, not a kernel" in msg and E3.call in msg
+    msg = ex.check_signature(E3, "__global__ void softmax_autoregressive_backward_kernel7(float* d) {}\n"
+                                 "__global__ void softmax_autoregressive_backward_kernel7(int* d) {}")
+    assert "more than one function named softmax_autoregressive_backward_kernel7" in msg
+
+
+@needs_nvcc
 def test_right_declarations_pass():
     for key in CHECKERS:
         assert ex.check_signature(ex.EXERCISES[key], ex.solution_source(key)) is None
@@ -192,6 +292,7 @@ def test_right_declarations_pass():
     assert ex.check_signature(E3, src) is None
 
 
+@needs_nvcc
 def test_signature_problem_raises_before_any_gpu():
     with pytest.raises(ex.ExerciseFailed) as e:
         ex.check_kernel7(planted("e3_no_extern_c.cu"))
@@ -199,16 +300,20 @@ def test_signature_problem_raises_before_any_gpu():
     assert str(e.value).startswith("Exercise 3, kernel 7 from the softmax Jacobian: WRONG DECLARATION")
 
 
+# what nvcc 13.0 says for planted("e3_compile_error.cu"): the ';' missing at the end of line 39
 NVCC_OUTPUT = """nvcc could not compile your_kernel.cu:
-your_kernel.cu(12): error: identifier "blok" is undefined
-          s += att[row + t2] * datt[row + blok];
-                                          ^
-your_kernel.cu(15): error: expected a ";"
-      for (int t3 = threadIdx.x; t3 <= t; t3 += 256) {
+your_kernel.cu(40): error: expected a ";"
+      float S = lane < (256 / 32) ? warp_sums[lane] : 0.0f;
       ^
-your_kernel.cu(18): warning #12-D: parsing restarts here after previous syntax error
-  }
-  ^
+your_kernel.cu(42): error: identifier "S" is undefined
+          S += __shfl_xor_sync(0xffffffffu, S, offset);
+          ^
+your_kernel.cu(46): error: identifier "S" is undefined
+          dpreatt_row[t3] = scale * att_row[t3] * (datt_row[t3] - S);
+                                                                  ^
+your_kernel.cu(17): warning #550-D: variable "warp_sums" was set but never used
+      __attribute__((shared)) float warp_sums[(256 / 32)];
+                                    ^
 """
 
 
@@ -218,14 +323,16 @@ def test_compile_error_is_formatted_with_the_students_lines():
     lines = text.splitlines()
     assert lines[0].startswith("your kernel does not compile. nvcc says (line numbers count "
                                "from the first line of your kernel's source)")
-    i = lines.index('  line 12: error: identifier "blok" is undefined')
-    assert lines[i + 1] == "     12 |         s += att[row + t2] * datt[row + blok];"
-    assert lines[i + 2].index("^") == lines[i + 1].index("blok")        # caret under blok
-    j = lines.index('  line 15: error: expected a ";"')
-    # nvcc echoes the preprocessed line (BLOCK_SIZE -> 256): the caret is placed by token
-    assert lines[j + 1] == "     15 |     for (int t3 = threadIdx.x; t3 <= t; t3 += BLOCK_SIZE) {"
-    assert lines[j + 2].index("^") == lines[j + 1].index("for")
-    assert "look at the end of line 14" in lines[j + 3]
+    j = lines.index('  line 40: error: expected a ";"')
+    # nvcc echoes the preprocessed line (NUM_WARPS -> (256 / 32)): the caret is placed by token
+    assert lines[j + 1] == "     40 |     float S = lane < NUM_WARPS ? warp_sums[lane] : 0.0f;"
+    assert lines[j + 2].index("^") == lines[j + 1].index("float")
+    assert "look at the end of line 39" in lines[j + 3]
+    i = lines.index('  line 42: error: identifier "S" is undefined')
+    assert lines[i + 1] == "     42 |         S += __shfl_xor_sync(0xffffffffu, S, offset);"
+    assert lines[i + 2].index("^") == lines[i + 1].index("S +=")        # caret under the S
+    k = lines.index('  line 46: error: identifier "S" is undefined')
+    assert lines[k + 2].index("^") == lines[k + 1].rindex("S")           # the last S of the line
     assert "(1 warning(s) not shown)" in text
 
 
@@ -236,9 +343,9 @@ def test_compile_error_lines_follow_the_cell():
     assert offset == 1
     text = ex.format_compile_error(NVCC_OUTPUT, src, offset=offset)
     assert "line numbers as in the cell" in text
-    assert '  line 13: error: identifier "blok" is undefined' in text
-    assert "     13 |         s += att[row + t2] * datt[row + blok];" in text
-    assert "look at the end of line 15" in text
+    assert '  line 43: error: identifier "S" is undefined' in text
+    assert "     43 |         S += __shfl_xor_sync(0xffffffffu, S, offset);" in text
+    assert "look at the end of line 40" in text
 
 
 def test_preprocessor_errors_are_formatted_too():
@@ -252,6 +359,7 @@ def test_preprocessor_errors_are_formatted_too():
     assert "        |          ^" in text
 
 
+@needs_nvcc
 def test_defining_what_the_checker_passes_is_refused():
     e4 = ex.EXERCISES["e4_tune_kernel8"]
     src = ex.solution_source("e4_tune_kernel8")
@@ -285,9 +393,11 @@ def test_compile_error_through_the_checker_without_gpu():
     msg = str(e.value)
     assert e.value.result.kind == "compile" and not e.value.result.ok
     assert msg.startswith("Exercise 3, kernel 7 from the softmax Jacobian: DOES NOT COMPILE")
-    assert 'line 12: error: identifier "blok" is undefined' in msg
-    assert "12 |         s += att[row + t2] * datt[row + blok];" in msg
-    assert 'line 15: error: expected a ";"' in msg
+    assert 'line 40: error: expected a ";"' in msg
+    assert "40 |     float S = lane < NUM_WARPS ? warp_sums[lane] : 0.0f;" in msg
+    assert "look at the end of line 39" in msg
+    assert 'line 42: error: identifier "S" is undefined' in msg
+    assert "42 |         S += __shfl_xor_sync(0xffffffffu, S, offset);" in msg
 
 
 @needs_nvcc
@@ -304,7 +414,8 @@ def test_compile_error_lines_from_the_ipython_history(monkeypatch):
     monkeypatch.setattr(IPython, "get_ipython", lambda: Shell)
     with pytest.raises(ex.ExerciseFailed) as e:
         ex.check_kernel7(src)
-    assert 'line 15: error: identifier "blok" is undefined' in str(e.value)
+    assert 'line 43: error: expected a ";"' in str(e.value)
+    assert 'line 45: error: identifier "S" is undefined' in str(e.value)
     assert "line numbers as in the cell" in str(e.value)
 
 
@@ -321,7 +432,7 @@ def test_exercise_failed_renders_without_a_traceback_in_ipython():
 def test_solutions_compile_for_sm90(key):
     e = ex.EXERCISES[key]
     src = ex.solution_source(key)
-    cfg, defines = ex._config(e, ex.solution_config(src))
+    cfg, defines = spec.configure(e, ex.solution_config(src))
     assert ex.compile_check(e, src, f"{key}.cu", defines) is None
 
 
@@ -329,7 +440,7 @@ def test_solutions_compile_for_sm90(key):
 def test_kernel8_solution_compiles_for_other_configurations():
     e = ex.EXERCISES["e4_tune_kernel8"]
     for bs, tpb in ((32, 1), (128, 8), (1024, 16), (256, 3)):     # one warp .. 32 warps
-        _, defines = ex._config(e, dict(block_size=bs, t_per_block=tpb))
+        _, defines = spec.configure(e, dict(block_size=bs, t_per_block=tpb))
         assert ex.compile_check(e, ex.solution_source("e4_tune_kernel8"), "s.cu", defines) is None
 
 
@@ -339,20 +450,16 @@ def test_skeletons_compile(key):
     """A student starts from a kernel that compiles (and is wrong: see the GPU tests)."""
     e = ex.EXERCISES[key]
     src, _ = skeleton(key)
-    _, defines = ex._config(e, {})
+    _, defines = spec.configure(e, {})
     assert ex.compile_check(e, src, ex.FILENAME, defines) is None
 
 
-PLANTED_EXERCISE = {"e1": "e1_permute", "e2": "e2_softmax_forward", "e3": "e3_kernel7_from_jacobian",
-                    "e4": "e4_tune_kernel8", "e5": "e5_beat_kernel"}
-
-
 @needs_nvcc
-@pytest.mark.parametrize("name", sorted(p.name for p in PLANTED.glob("*.cu")
-                                        if p.stem not in ("e3_compile_error", "e3_no_extern_c")))
+@pytest.mark.parametrize("name", sorted(n for n in BUGS
+                                        if n not in ("e3_compile_error.cu", "e3_no_extern_c.cu")))
 def test_planted_kernels_compile(name):
-    e = ex.EXERCISES[PLANTED_EXERCISE[name[:2]]]
-    _, defines = ex._config(e, {})
+    e = ex.EXERCISES[BUGS[name][0]]
+    _, defines = spec.configure(e, {})
     assert ex.compile_check(e, planted(name), ex.FILENAME, defines) is None
 
 
@@ -483,13 +590,14 @@ def test_known_mistakes_are_matched():
 
 
 def test_backward_candidates_recognise_the_usual_formula_mistakes():
-    shape = tuple(sorted(ex.SMALL.items()))
-    cands = ex._backward_candidates(shape)
-    p = ex._problem(ex.SMALL)
+    cands = mistakes.backward_candidates(SMALL)
+    p = mistakes.problem(SMALL)
     for cand, text in cands:
         n, lines, hints = ex.describe_mismatch("dpreatt", cand, p.dpreatt, AX4, 1e-3,
                                                causal=True, scale=0.125, candidates=cands)
         assert n > 0 and text in hints, text
+        # and no other known mistake: each explains the result only where it agrees with it
+        assert [t for _, t in cands if t in hints] == [text]
 
 
 def test_runs_that_differ_point_to_a_race():
@@ -517,17 +625,17 @@ def test_guard_zone_reports():
 def test_guard_report_of_the_child():
     g, n = 8, 10
     h = np.full(n + 2 * g, ex.OUT_GUARD_BITS, np.uint32)
-    assert ex._guard_report(h, g, n, ex.OUT_GUARD_BITS) is None
+    assert memory.guard_report(h, g, n, ex.OUT_GUARD_BITS) is None
     h[g + n + 2] = 0
     h[g - 3] = 0
-    assert ex._guard_report(h, g, n, ex.OUT_GUARD_BITS) == {
+    assert memory.guard_report(h, g, n, ex.OUT_GUARD_BITS) == {
         "before": 1, "after": 1, "before_far": 3, "after_far": 3}
 
 
 @pytest.mark.parametrize("cuda_says, words", [
     ("cuCtxSynchronize failed: an illegal memory access was encountered",
      "your kernel read or wrote outside the buffers (CUDA_ERROR_ILLEGAL_ADDRESS)"),
-    # what the H200 said for tests/planted/e3_illegal_address.cu (stores gigabytes past dpreatt)
+    # what the H200 said for planted("e3_illegal_address.cu") (stores gigabytes past dpreatt)
     ("LogicError: cuCtxSynchronize failed: operation not supported on global/shared address space",
      "your kernel read or wrote outside the buffers, so far outside that the address is in no "
      "memory space at all (CUDA_ERROR_INVALID_ADDRESS_SPACE)"),
@@ -564,28 +672,172 @@ def test_sanitizer_findings_name_the_cell_line():
     assert "Race reported between Write access" in text and "your_kernel.cu:33" in text
 
 
-def test_speed_in_words():
-    assert ex._ratio_words(0.123, 0.100) == "1.23x slower"
-    assert ex._ratio_words(0.080, 0.100) == "1.25x faster"
-    assert ex._ratio_words(0.1001, 0.100) == "the same speed"
+def fake_timing(median, spread=0.002, n=20):
+    """A Timing of n repeats around ``median`` ms, quartiles about median -+ spread/2."""
+    return bench.Timing.of(np.linspace(median - spread, median + spread, n))
+
+
+def test_speed_verdict_within_noise_when_the_quartile_ranges_overlap():
+    yours, ref = fake_timing(0.100), fake_timing(0.1008)
+    assert timing.verdict(yours, ref) == "within noise"
+    line = timing.describe_time("your kernel", yours, ref, "kernel 8, block 128", "B=4 T=1024")
+    (y1, y3), (r1, r3) = yours.quartiles_ms, ref.quartiles_ms
+    assert (f"your kernel 0.1000 ms (IQR {y1:.4f}-{y3:.4f}), reference (kernel 8, block 128) "
+            f"0.1008 ms (IQR {r1:.4f}-{r3:.4f}): within noise") in line
+    assert line.startswith("time at B=4 T=1024 (median of 20, interleaved with the reference")
+
+
+def test_speed_verdict_outside_the_noise_is_a_ratio_with_its_range():
+    ref = fake_timing(0.100)
+    faster, slower = fake_timing(0.080), fake_timing(0.125)
+    ratio, low, high = bench.speedup(ref, faster)             # ref / yours: > 1 is faster
+    assert timing.verdict(faster, ref) == f"{ratio:.2f}x faster (range {low:.2f}-{high:.2f}x)"
+    assert timing.verdict(faster, ref).startswith("1.25x faster (range 1.2")
+    assert timing.verdict(slower, ref).startswith("1.25x slower (range 1.2")
+    line = timing.describe_time("the solution", slower, ref, "kernel 7, block 256", "B=4")
+    assert line.endswith("the solution 0.1250 ms, reference (kernel 7, block 256) 0.1000 ms: "
+                         + timing.verdict(slower, ref))
+    summary = timing.timing_summary(slower, ref, "kernel 7, block 256", "B=4")
+    assert summary["ratio"] == pytest.approx(1.25) and summary["verdict"].startswith("1.25x slower")
+    assert summary["yours_iqr_ms"] == slower.quartiles_ms
+
+
+def test_the_reference_of_exercises_4_and_5_is_kernel_8_at_its_best_block_size():
+    for key, kernel in (("e4_tune_kernel8", 8), ("e5_beat_kernel", 8), ("e3_kernel7_from_jacobian", 7)):
+        cfg, _ = spec.configure(ex.EXERCISES[key], {})
+        ref = exercise_cases.cases(ex.EXERCISES[key], cfg, timing=False)[0].reference
+        assert ref["softmax_backward"] == kernel
+        assert ref["block_size"] == (256 if key.startswith("e3") else "best")
+    cfg, _ = spec.configure(ex.EXERCISES["e5_beat_kernel"], {"beat": 6})
+    assert exercise_cases.cases(ex.EXERCISES["e5_beat_kernel"], cfg, timing=False)[0] \
+        .reference["softmax_backward"] == 6
+    # the committed results: kernel 8's best block size on the H200, at the default shape
+    from attnlab import report
+    committed = timing.committed_best(8)
+    data = report.load("kernels")
+    assert committed == dict(gpu=data["device"]["name"], shape=data["shape"],
+                             block_size=data["kernels"]["8"]["block_size"],
+                             source="results/h200/kernels.json")
+
+
+def test_best_block_size_comes_from_the_committed_results_only_on_their_gpu_and_shape():
+    ref = timing.backward_reference(8)
+    ref["committed"] = dict(gpu="NVIDIA H200", shape=dict(DEFAULT), block_size=128,
+                            source="results/h200/kernels.json")
+    swept = []
+
+    def sweep(sizes):
+        swept.append(list(sizes))
+        return {bs: fake_timing(0.1 if bs != 64 else 0.05) for bs in sizes}
+    assert timing.choose_block_size(ref, dict(DEFAULT), "NVIDIA H200", sweep) == (
+        128, "its best on the NVIDIA H200 in results/h200/kernels.json")
+    assert swept == []
+    bs, how = timing.choose_block_size(ref, dict(DEFAULT), "NVIDIA A100-SXM4-80GB", sweep)
+    assert (bs, how) == (64, "the fastest on this GPU of block sizes 32-1024, swept now")
+    assert swept == [[32, 64, 128, 256, 512, 1024]]
+    bs, _ = timing.choose_block_size(ref, dict(SMALL), "NVIDIA H200", sweep)     # another shape
+    assert bs == 64 and len(swept) == 2
+    fixed = timing.backward_reference(7, block_size=256)
+    assert timing.choose_block_size(fixed, dict(DEFAULT), "NVIDIA H200", sweep) == (256, None)
+    launch = timing.reference_launch(ref, dict(DEFAULT), 128)
+    assert launch["kernel"] == "softmax_backward8" and launch["defines"] == {"BLOCK_SIZE": 128}
+    assert launch["grid"] == (1024 // 4, 4 * 12, 1) and launch["block"] == (128, 1, 1)
+    assert launch["label"] == "kernel 8, block 128"
+    assert timing.reference_launch(ref, dict(DEFAULT), 64, "how")["label"] == \
+        "kernel 8 at block size 64, how"
 
 
 def test_input_files_of_dead_processes_are_removed(monkeypatch, tmp_path):
     import subprocess
     import sys
-    monkeypatch.setattr(ex.tempfile, "gettempdir", lambda: str(tmp_path))
-    monkeypatch.setattr(ex, "_input_dir", None)
+    monkeypatch.setattr(jobs.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(jobs, "_inputs", None)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    stale = tmp_path / f"{ex._INPUTS_PREFIX}{gone.pid}"
+    stale = tmp_path / f"{jobs.INPUTS_PREFIX}{gone.pid}-abc123"
     stale.mkdir()
     (stale / "old.npy").write_bytes(b"x")
-    mine = ex._shared_dir()
-    assert mine == tmp_path / f"{ex._INPUTS_PREFIX}{__import__('os').getpid()}" and mine.is_dir()
+    mine = jobs.shared_dir()
+    assert mine.parent == tmp_path and mine.is_dir()
+    assert mine.name.startswith(f"{jobs.INPUTS_PREFIX}{__import__('os').getpid()}-")
     assert not stale.exists()
     a = np.ones((2, 3), np.float32)
-    assert ex._save_array(a) == ex._save_array(a)          # written once
-    monkeypatch.setattr(ex, "_input_dir", None)             # (the next test gets a fresh one)
+    assert jobs.save_array(a) == jobs.save_array(a)        # written once
+    monkeypatch.setattr(jobs, "_inputs", None)              # (the next test gets a fresh one)
+
+
+def child_report(tmp_path, case, runs, times=None):
+    """What the child writes to result.json after the small case (``runs``: the dpreatt of
+    each run) and, with ``times``, after the timing case."""
+    paths = []
+    for i, out in enumerate(runs):
+        paths.append(str(tmp_path / f"out-0-dpreatt-{i}.npy"))
+        np.save(paths[-1], out)
+    small = dict(label=case.label, outputs={"dpreatt": paths}, guards={}, ok=True,
+                 mismatches={"dpreatt": int(ex.mismatch_mask(runs[0], case.expected["dpreatt"],
+                                                             1e-3).sum())})
+    big = dict(label="B=4 T=1024 C=768 NH=12", outputs={}, guards={}, mismatches={"dpreatt": 0},
+               ok=True, times=times, time_ms=float(np.median(times["yours"])),
+               reference_ms=float(np.median(times["reference"])),
+               reference_label="kernel 8 at block size 128, its best on the NVIDIA H200 in "
+                               "results/h200/kernels.json") if times else None
+    return dict(phase="done", done=True, error=None, variants=[
+        dict(label="block_size=256, t_per_block=4", compile_error=None,
+             cases=[small] + ([big] if big else []))])
+
+
+def judged(tmp_path, result=None, timed=True, outcome=None, **kw):
+    """The verdict on a child's report (or a whole ChildOutcome) for exercise 4's cases."""
+    from dataclasses import replace
+
+    from attnlab.exercises.judge import Attempt, judge
+    e = ex.EXERCISES["e4_tune_kernel8"]
+    cfg, defines = spec.configure(e, {})
+    small = exercise_cases.cases(e, cfg, timing=False)[0]
+    cases = [small, replace(small, label="B=4 T=1024 C=768 NH=12")][:2 if timed else 1]
+    outcome = outcome or jobs.ChildOutcome(result, False, 0, "", "", 1.0, tmp_path, ["python"])
+    attempt = Attempt(e, "kernel source", cases=cases, outcome=outcome, sanitize=False,
+                      quiet=True, variants=[dict(label="", defines=defines, grids=[], blocks=[])],
+                      **kw)
+    return judge(attempt)
+
+
+def test_the_verdict_reads_the_childs_report_and_times(tmp_path):
+    e4 = ex.EXERCISES["e4_tune_kernel8"]
+    small = exercise_cases.cases(e4, spec.configure(e4, {})[0], timing=False)[0]
+    right = small.expected["dpreatt"]
+    same = list(np.linspace(0.099, 0.101, 20))
+    r = judged(tmp_path, child_report(tmp_path, small, [right] * 3,
+                                      dict(yours=same, reference=same)))
+    assert r.ok and r.kind == "ok" and r.timing["verdict"] == "within noise"
+    assert "dpreatt: right at B=2 T=260 C=192 NH=3: every element within 0.001" in r.message
+    assert "the same in 3 runs" in r.message and "right at B=4 T=1024 C=768 NH=12 too" in r.message
+    assert ("reference (kernel 8 at block size 128, its best on the NVIDIA H200 in "
+            "results/h200/kernels.json) 0.1000 ms (IQR 0.0995-0.1005): within noise") in r.message
+    faster = [t * 0.8 for t in same]
+    r = judged(tmp_path, child_report(tmp_path, small, [right] * 3,
+                                      dict(yours=faster, reference=same)))
+    assert r.timing["verdict"].startswith("1.25x faster (range 1.2")
+    assert r.timing["ratio"] == pytest.approx(0.8)
+    other = right.copy()
+    other[0, 0, 5, 3] += 0.5                               # run 2 differs from run 1
+    with pytest.raises(ex.ExerciseFailed) as e:
+        judged(tmp_path, child_report(tmp_path, small, [right, other, right]), timed=False)
+    assert e.value.result.kind == "race" and "differ between run 1 and run 2" in str(e.value)
+    r = judged(tmp_path, child_report(tmp_path, small, [other] * 3), timed=False, raises=False)
+    assert r.kind == "wrong" and "dpreatt: 1 of 405600 elements wrong" in r.message
+
+
+def test_a_child_that_hangs_is_stopped_and_said_to(tmp_path):
+    import sys
+    hang = [sys.executable, "-c", "import time; time.sleep(60)"]     # before the child's args
+    outcome = jobs.run_job({"x": 1}, 1, tmp_path, prefix=hang)
+    assert outcome.timed_out and outcome.seconds < 30 and outcome.result == {}
+    with pytest.raises(ex.ExerciseFailed) as e:
+        judged(tmp_path, outcome=outcome, timed=False, timeout=1)
+    assert e.value.result.kind == "timeout"
+    assert "the check did not finish in 1 s, while starting (before your kernel ran)" in \
+        str(e.value)
 
 
 @pytest.mark.skipif(has_gpu(), reason="this machine has a GPU")
@@ -612,8 +864,14 @@ def test_every_solution_passes_and_is_timed(key):
     assert r.ok and r.kind == "ok" and not r.solution
     assert "right at B=2" in r.message and "right at B=4 T=1024 C=768 NH=12 too" in r.message
     assert r.timing["yours_ms"] > 0 and r.timing["reference_ms"] > 0
-    assert re.search(r"reference \(.*\) \d+\.\d{4} ms: (\d+\.\d\dx (slower|faster)|the same speed)",
-                     r.message)
+    assert re.search(r"interleaved with the reference.*reference \(.*\) \d+\.\d{4} ms"
+                     r"( \(IQR \d+\.\d{4}-\d+\.\d{4}\))?: "
+                     r"(\d+\.\d\dx (slower|faster) \(range \d+\.\d\d-\d+\.\d\dx\)|within noise)",
+                     r.message), r.message
+    assert r.timing["verdict"] in r.message
+    if key in ("e4_tune_kernel8", "e5_beat_kernel"):      # kernel 8 at its best block size
+        assert re.search(r"reference \(kernel 8 at block size \d+, (its best on the NVIDIA H200 "
+                         r"in results/h200/kernels.json|the fastest on this GPU)", r.message), r.message
 
 
 @gpu
@@ -624,7 +882,7 @@ def test_solution_switch_on_a_gpu(monkeypatch, capsys):
     assert "checking the reference solution" in capsys.readouterr().out
 
 
-# (file, exercise options, kind, phrases the message must contain)
+# (planted case, exercise options, kind, phrases the message must contain)
 PLANTED_CASES = [
     ("e1_wrong_index.cu", {}, "wrong",
      ["q: 96000 of 96384 elements wrong", "(b=0, h=0, t=1, d=0)",
@@ -650,13 +908,27 @@ PLANTED_CASES = [
 @pytest.mark.parametrize("name, options, kind, phrases", PLANTED_CASES,
                          ids=[c[0] for c in PLANTED_CASES])
 def test_planted_kernel_fails_with_the_right_message(name, options, kind, phrases):
-    key = PLANTED_EXERCISE[name[:2]]
+    key = BUGS[name][0]
     with pytest.raises(ex.ExerciseFailed) as e:
         ex.check(key, planted(name), timing=False, sanitize=False, **options)
     msg = str(e.value)
     assert e.value.result.kind == kind, msg
     for phrase in phrases:
         assert phrase in msg, f"{phrase!r} not in:\n{msg}"
+
+
+@gpu
+@pytest.mark.parametrize("key", sorted(CHECKERS))
+def test_the_notebooks_wrong_kernel_fails_without_raising_even_with_the_switch(
+        key, monkeypatch, capsys):
+    monkeypatch.setenv(ex.SOLUTIONS_ENV, "1")          # as in the notebooks' nbval run
+    ns = {"ex": ex}
+    exec(checker_section(key).source, ns)              # the cell asserts the kind itself
+    out = capsys.readouterr().out
+    assert out.startswith(f"{ex.EXERCISES[key].title}: WRONG RESULT"), out
+    assert "checking the reference solution" not in out
+    for phrase in WRONG_KERNEL_SAYS[key]:
+        assert phrase in out, f"{phrase!r} not in:\n{out}"
 
 
 def parent_context_array():
@@ -720,9 +992,14 @@ def test_compute_sanitizer_names_the_line_of_a_crash_and_of_a_race():
 
 
 @gpu
-def test_sweep_of_kernel8():
+def test_sweep_of_kernel8(capsys):
     table = ex.sweep_kernel8(ex.solution_source("e4_tune_kernel8"), block_sizes=(128, 256),
-                             t_per_blocks=(1, 8), quiet=True)
+                             t_per_blocks=(1, 8))
+    out = capsys.readouterr().out
+    assert re.search(r"^reference \(kernel 8 at block size \d+, (its best|the fastest) on .*; "
+                     r"4 rows per block\): \d+\.\d{4} ms \(IQR", out, re.M), out
+    assert re.search(r"^fastest: block_size=\d+, t_per_block=\d+: \d+\.\d{4} ms, "
+                     r"(within noise of the reference|\d+\.\d\dx (faster|slower) \(range)", out, re.M), out
     assert set(table) == {(128, 1), (128, 8), (256, 1), (256, 8)}
     assert all(ms is not None and ms > 0 for ms in table.values())
     wrong = ex.sweep_kernel8(planted("e4_rows_not_written.cu"), block_sizes=(256,),

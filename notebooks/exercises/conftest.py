@@ -2,8 +2,11 @@
 
 With ATTNLAB_EXERCISE_SOLUTIONS set, every ``attnlab.exercises.check_*`` call checks
 ``solutions/<exercise>.cu`` instead of the kernel in the notebook's cell, and says so in one
-line. nbval starts one Jupyter kernel per notebook, while it sets up the notebook's first
-cell, and the kernel inherits this process's environment at that moment: so the variable is
+line; the one call of each notebook given ``use_solution=False`` (its last cell, a kernel
+that is wrong on purpose, checked with ``raises=False``) checks its own kernel.
+
+nbval starts one Jupyter kernel per notebook, while it sets up the notebook's first cell,
+and the kernel inherits this process's environment at that moment: so the variable is
 set around the set-up of the items of this directory only, and other tests running in the
 same pytest process (tests/test_exercises.py, say) never see it.
 
