@@ -591,11 +591,11 @@ def _plant(tool):
     context()
     import pycuda.driver as cuda
     name, source = PLANTED[tool]
-    buf = cuda.mem_alloc(4 * 64)
-    if tool != "initcheck":
+    module = compile_source(source, f"planted_{tool}.cu")   # held until the kernel has finished:
+    buf = cuda.mem_alloc(4 * 64)                             # unloading it under a running kernel
+    if tool != "initcheck":                                  # crashed racecheck's run (H200)
         cuda.memset_d32(buf, 0, 64)
-    compile_source(source, f"planted_{tool}.cu").get_function(name)(
-        buf, np.int32(64), grid=(1, 1, 1), block=(64, 1, 1))
+    module.get_function(name)(buf, np.int32(64), grid=(1, 1, 1), block=(64, 1, 1))
     cuda.Context.synchronize()
     buf.free()
     _record(step="planted", tool=tool, kernel=name)
