@@ -75,10 +75,29 @@ def test_five_exercises_each_with_notebook_solution_and_checker():
         assert "nbval-ignore-output" in checks[0].metadata.get("tags", [])
         for c in nb.cells:
             if c.cell_type == "code":
-                assert not c.get("outputs"), f"{key}: committed without outputs"
                 printing = c.source.startswith(("result =", "table =", "ex.", "print"))
                 if printing:
                     assert "nbval-ignore-output" in c.metadata.get("tags", []), c.source
+
+
+def _printed(cell):
+    assert not [o for o in cell.get("outputs", []) if o.output_type == "error"], cell.source
+    return "".join(o.get("text", "") for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("key", CHECKERS)
+def test_each_notebook_is_committed_with_a_passing_and_a_failing_check(key):
+    """The stored outputs (an H200 run) show a reader without a GPU what the checker says:
+    the check cell on the reference solution (OK), and the one-line-wrong kernel (WRONG)."""
+    fn = CHECKERS[key]
+    cells = [c for c in notebook(key).cells if c.cell_type == "code"]
+    title = ex.EXERCISES[key].title
+    own = next(c for c in cells if f"ex.{fn}(my_kernel" in c.source)
+    assert f"{title}: OK" in _printed(own)
+    wrong = next(c for c in cells if f"ex.{fn}(wrong_kernel" in c.source)
+    assert f"{title}: WRONG RESULT" in _printed(wrong)
+    for c in cells:
+        _printed(c)                       # no cell of the run raised
 
 
 def test_the_skeleton_cell_starts_with_the_string_so_lines_match_the_cell():
