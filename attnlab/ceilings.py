@@ -61,34 +61,33 @@ def copy_bandwidth(nbytes=COPY_BYTES, repeats=20):
     return _summary(t, 2 * n4 * 16, "bytes/s")
 
 
-def fma_rate(repeats=20):
-    """fp32 multiply-adds per second of fma_kernel (8 independent chains per thread)."""
+def _time_on_chip(name, sm_multiple, block, args, repeats):
+    """(Timing, threads) of ``name(out, *args)``, a kernel whose work stays on the chip
+    (registers, shared memory): no L2 flush; ``out`` takes one float per thread."""
     import pycuda.driver as cuda
-    fn = _function("fma_kernel")
-    grid, block = _grid(16, 256)
+    fn = _function(name)
+    grid, block = _grid(sm_multiple, block)
     threads = grid[0] * block[0]
     out = cuda.mem_alloc(threads * 4)
     try:
-        t = bench.benchmark(lambda: fn(out, np.int32(FMA_ITERATIONS), np.float32(0.999),
-                                       np.float32(0.001), grid=grid, block=block),
-                            repeats=repeats, flush_l2=False)
+        t = bench.benchmark(lambda: fn(out, *args, grid=grid, block=block), repeats=repeats,
+                            flush_l2=False)
     finally:
         out.free()
+    return t, threads
+
+
+def fma_rate(repeats=20):
+    """fp32 multiply-adds per second of fma_kernel (8 independent chains per thread)."""
+    t, threads = _time_on_chip("fma_kernel", 16, 256, (np.int32(FMA_ITERATIONS),
+                               np.float32(0.999), np.float32(0.001)), repeats)
     return _summary(t, threads * FMA_ITERATIONS * FMA_CHAINS, "multiply-adds/s")
 
 
 def shared_load_rate(repeats=20):
     """Bytes per second that shared_load_kernel's threads read from shared memory."""
-    import pycuda.driver as cuda
-    fn = _function("shared_load_kernel")
-    grid, block = _grid(8, 1024)
-    threads = grid[0] * block[0]
-    out = cuda.mem_alloc(threads * 4)
-    try:
-        t = bench.benchmark(lambda: fn(out, np.int32(SHARED_ITERATIONS), grid=grid, block=block),
-                            repeats=repeats, flush_l2=False)
-    finally:
-        out.free()
+    t, threads = _time_on_chip("shared_load_kernel", 8, 1024, (np.int32(SHARED_ITERATIONS),),
+                               repeats)
     return _summary(t, threads * SHARED_ITERATIONS * SHARED_LOADS, "bytes/s")
 
 

@@ -11,11 +11,10 @@ import importlib.metadata
 import platform
 import re
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
-from . import libraries
+from . import libraries, processes
 from .errors import SetupError
 
 COLAB_GPU = "on Colab: Runtime > Change runtime type > a GPU"
@@ -60,10 +59,12 @@ def _gpu(lib):
 
 
 def _run(cmd):
+    """What ``cmd`` printed within 60 s ("" if it cannot be started or took longer)."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        finished = processes.run(cmd, 60)
+    except OSError:
         return ""
+    return "" if finished.timed_out else finished.stdout
 
 
 def _version(package):

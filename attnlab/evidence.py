@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import processes
 from .archs import LIMITS, registers_per_block
 from .checks import BLOCK_SIZES
 from .errors import InputError, KernelCompileError, SetupError
@@ -239,14 +240,12 @@ def ncu_metrics(kernel_regex, target_args, timeout=600):
     if not ncu:
         return None, "ncu is not on PATH"
     for metrics in (NCU_METRICS + NCU_L1_METRICS, NCU_METRICS):    # the L1 names may be unknown
-        try:
-            proc = subprocess.run(ncu_command(kernel_regex, target_args, ncu, metrics),
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
+        finished = processes.run(ncu_command(kernel_regex, target_args, ncu, metrics), timeout)
+        if finished.timed_out:                  # ncu and the program it profiles are ended
             return None, f"ncu took longer than {timeout} s"
-        if '"ID"' in proc.stdout:
+        if '"ID"' in finished.stdout:
             break
-    if '"ID"' not in proc.stdout:
-        tail = (proc.stderr + proc.stdout).strip().splitlines()[-5:]
+    if '"ID"' not in finished.stdout:
+        tail = (finished.stderr + finished.stdout).strip().splitlines()[-5:]
         return None, "ncu read no counters: " + " | ".join(tail)
-    return parse_ncu_csv(proc.stdout), None
+    return parse_ncu_csv(finished.stdout), None
