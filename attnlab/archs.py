@@ -163,7 +163,8 @@ def violations(kernel, arch, threads, dynamic_shared=0):
 
 def builds():
     """(source, defines, archs) for every way a kernels/*.cu is compiled at run time: kernels
-    6-8 once per block size (-DBLOCK_SIZE), flash_attention with TF32=0 and (sm_80+) TF32=1."""
+    6-8 once per block size (-DBLOCK_SIZE), flash_attention with TF32=0 and (sm_80+) TF32=1,
+    the later fused backward kernels (tensor cores in both precisions) with both on sm_80+."""
     from . import fused
     from .launch import block_size_defines
     out = []
@@ -171,6 +172,8 @@ def builds():
         if source == fused.SOURCE:
             out += [(source, (("HEAD_SIZE", 64), ("TF32", tf32)), archs)
                     for tf32, archs in ((0, ARCHS), (1, TF32_ARCHS))]
+        elif source in fused.BACKWARD_SOURCES.values():
+            out += [(source, (("HEAD_SIZE", 64), ("TF32", tf32)), TF32_ARCHS) for tf32 in (0, 1)]
         elif re.fullmatch(r"softmax_backward\d+", source):
             k = int(source[len("softmax_backward"):])
             variants = {tuple(sorted(block_size_defines(k, bs).items())) for bs in BLOCK_SIZES}
@@ -186,8 +189,9 @@ def launches(source, defines, kernel):
     the block size is compiled in (BLOCK_SIZE) or fixed (the fused kernels)."""
     from . import fused
     defines = dict(defines)
-    if source == fused.SOURCE:
-        _, block, shared = fused.fused_launch(1, 64, 1, bool(defines["TF32"]))[kernel]
+    if source in fused.BACKWARD_SOURCES.values():
+        version = {s: k for k, s in fused.BACKWARD_SOURCES.items()}[source]
+        _, block, shared = fused.fused_launch(1, 64, 1, bool(defines["TF32"]), version)[kernel]
         return [(block[0], shared)]
     if "BLOCK_SIZE" in defines:
         return [(defines["BLOCK_SIZE"], 0)]

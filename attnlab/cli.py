@@ -21,7 +21,7 @@ from .checks import (BLOCK_SIZES, KERNELS, check_block_size, check_int, check_ke
                      check_shape, parse_list)
 from .errors import (GPUMemoryError, InputError, NoGPUError, NvccNotFoundError, SetupError,
                      UnsupportedGPUError, ValidationError)
-from .fused import FUSED_KERNEL
+from .fused import FUSED_KERNEL, FUSED_KERNELS
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
 
 EXIT_STATUSES = """\
@@ -71,7 +71,8 @@ def parser():
     b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
     b.add_argument("kernel", type=int, help=f"softmax-backward kernel {KERNELS[0]}-{KERNELS[-1]}, "
                    f"or {FUSED_KERNEL}: the fused FlashAttention-2-style backward (fp32; with "
-                   f"--tf32 on tensor cores)")
+                   f"--tf32 on tensor cores), or {FUSED_KERNELS[-1]}: the fused backward with 32 "
+                   f"rows per warp (3xTF32, fp32-accurate; with --tf32 one TF32 product)")
     from .sanitize import add_arguments as sanitize_arguments
     sanitize_arguments(sub.add_parser(
         "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
@@ -84,11 +85,11 @@ def parser():
 
 
 def check_backward_kernel(kernel):
-    """``backward N``: N is a softmax-backward kernel or the fused one."""
-    if kernel not in KERNELS + (FUSED_KERNEL,):
-        raise InputError(f"kernel must be {KERNELS[0]}-{FUSED_KERNEL} ({KERNELS[0]}-{KERNELS[-1]}: "
-                         f"the softmax-backward kernels, {FUSED_KERNEL}: the fused backward), "
-                         f"got {kernel}")
+    """``backward N``: N is a softmax-backward kernel or a fused one."""
+    if kernel not in KERNELS + FUSED_KERNELS:
+        raise InputError(f"kernel must be {KERNELS[0]}-{FUSED_KERNELS[-1]} ({KERNELS[0]}-{KERNELS[-1]}: "
+                         f"the softmax-backward kernels, {FUSED_KERNELS[0]}-{FUSED_KERNELS[-1]}: "
+                         f"the fused backward), got {kernel}")
     return kernel
 
 
@@ -104,9 +105,9 @@ def info():
 
 
 def run(args):
-    """forward, backward 1-8 or backward 9 (fused): validate, then time; returns
+    """forward, backward 1-8 or backward 9-10 (fused): validate, then time; returns
     (result dict, {name: Report}, exit status)."""
-    if args.command == "backward" and check_backward_kernel(args.kernel) == FUSED_KERNEL:
+    if args.command == "backward" and check_backward_kernel(args.kernel) in FUSED_KERNELS:
         return _run_fused(args)
     return _run_pipeline(args)
 
@@ -156,9 +157,9 @@ def _run_pipeline(args):
 
 
 def _run_fused(args):
-    """``backward 9``: the fused kernels (attnlab.fused), validated on out and dinp, then the
-    backward timed; --tf32 selects the tensor-core variant. They have one block size
-    (fused.THREADS), so --block-sizes is not used."""
+    """``backward 9`` or ``10``: the fused kernels (attnlab.fused) with that backward,
+    validated on out and dinp, then the backward timed; --tf32 selects the TF32 variant. They
+    have one block size (fused.THREADS), so --block-sizes is not used."""
     from . import bench, fused
     from .device import device_info
     from .problem import make_problem
@@ -167,30 +168,31 @@ def _run_fused(args):
     warmup = check_int("--warmup", args.warmup, minimum=0)
     check_int("--seed", args.seed, minimum=0)
     tf32 = fused.check_tf32(bool(args.tf32))
-    fused.check_supported(tf32)
+    kernel = args.kernel
+    fused.check_supported(tf32, kernel)
     device = device_info()
     math = "tf32" if tf32 else "fp32"
-    _progress(f"{device['name']}: B={B} T={T} C={C} NH={NH}, fused {math}")
+    _progress(f"{device['name']}: B={B} T={T} C={C} NH={NH}, fused kernel {kernel}, {math}")
     problem = make_problem(B, T, C, NH, args.seed, progress=True)
     checks, timings = {}, {}
     with fused.FusedBuffers(B, T, C, NH) as buf:
         buf.set("inp", problem.inp)
         buf.set("dout", problem.dout)
         fused.fused_forward(buf, tf32)
-        fused.fused_backward(buf, tf32)
+        fused.fused_backward(buf, tf32, kernel)
         for name in ("out", "dinp"):
             checks[name] = compare(buf.get(name), getattr(problem, name), name,
                                    fused.FUSED_TOLERANCES[math][name])
             _progress(checks[name].detail())
         if all(r.ok for r in checks.values()):
-            timings[fused.THREADS] = bench.benchmark(lambda: fused.fused_backward(buf, tf32),
-                                                     repeats=repeats, warmup=warmup)
-    return _result(args, device, FUSED_KERNEL, math, checks, timings, warmup=warmup, fused=True,
+            timings[fused.THREADS] = bench.benchmark(
+                lambda: fused.fused_backward(buf, tf32, kernel), repeats=repeats, warmup=warmup)
+    return _result(args, device, kernel, math, checks, timings, warmup=warmup, fused=True,
                    memory_bytes=fused.fused_bytes_needed(B, T, C, NH))
 
 
 def _result(args, device, kernel, math, checks, timings, **extra):
-    """The JSON result of forward and backward 1-9, with its reports and exit status."""
+    """The JSON result of forward and backward 1-10, with its reports and exit status."""
     from .bench import best
     ok = all(r.ok for r in checks.values())
     result = {

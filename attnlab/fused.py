@@ -32,6 +32,12 @@ from .launch import ceil_div, elementwise_launch
 SOURCE = "flash_attention"           # kernels/flash_attention.cu
 HEAD_SIZES = (64,)                   # what the kernels are written for (-DHEAD_SIZE)
 FUSED_KERNEL = 9                     # its number next to the softmax-backward kernels 1-8
+# The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
+# later one is its own file with the same flash_backward signature (the forward and the
+# preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
+BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10"}
+FUSED_KERNELS = tuple(BACKWARD_SOURCES)
+OWN_ROWS = {9: 64, 10: 128}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -95,32 +101,48 @@ def n_tiles(T):
     return ceil_div(T, TILE)
 
 
-def shared_memory_bytes(kernel, tf32):
-    """Dynamic shared memory of one block of ``flash_forward`` or ``flash_backward``.
+def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
+    """Dynamic shared memory of one block of ``flash_forward`` or ``flash_backward`` (of fused
+    kernel ``version``).
 
     forward: the q, k, v tiles; backward: 4 tiles (own and current: k, v, q, do) and the lse
-    and D of one query tile. The fp32 variant adds a per-warp scratch for P and dS (16 rows,
-    padded by 4 floats): 64 wide in the forward, 32 in the backward (half tiles).
+    and D of one query tile. Kernel 9's fp32 variant adds a per-warp scratch for P and dS (16
+    rows, padded by 4 floats): 64 wide in the forward, 32 in the backward (half tiles). Kernel
+    10's own tiles are 128 rows, the others 64, and it keeps lse and D of 128 rows.
     """
     tf32 = check_tf32(tf32)
+    check_fused_kernel(version)
     if kernel == "flash_forward":
         floats = 3 * TILE_FLOATS + (0 if tf32 else 4 * 16 * (TILE + 4))
-    elif kernel == "flash_backward":
+    elif kernel == "flash_backward" and version == 9:
         floats = 4 * TILE_FLOATS + 2 * TILE + (0 if tf32 else 4 * 16 * (TILE // 2 + 4))
+    elif kernel == "flash_backward":
+        own = OWN_ROWS[version]
+        floats = 2 * (own + TILE) * (TILE_FLOATS // TILE) + 2 * own
     else:
         raise InputError(f"kernel must be 'flash_forward' or 'flash_backward', got {kernel!r}")
     return 4 * floats
 
 
-def fused_launch(B, T, NH, tf32):
-    """{kernel name: (grid, block, shared bytes)} for the three fused kernels."""
+def check_fused_kernel(version):
+    """A fused backward kernel's number: one of FUSED_KERNELS."""
+    if version not in FUSED_KERNELS or isinstance(version, bool):
+        raise InputError(f"the fused backward kernel must be one of {list(FUSED_KERNELS)}, "
+                         f"got {version!r}")
+    return version
+
+
+def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
+    """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
+    fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows)."""
     BH, nt = B * NH, n_tiles(T)
+    own = ceil_div(T, OWN_ROWS[check_fused_kernel(version)])
     return {
         "flash_forward": ((BH, nt, 1), (THREADS, 1, 1), shared_memory_bytes("flash_forward", tf32)),
         "flash_backward_preprocess": ((ceil_div(BH * T, PREPROCESS_ROWS), 1, 1),
                                       (PREPROCESS_THREADS, 1, 1), 0),
-        "flash_backward": ((BH, 2 * nt, 1), (THREADS, 1, 1),
-                           shared_memory_bytes("flash_backward", tf32)),
+        "flash_backward": ((BH, 2 * own, 1), (THREADS, 1, 1),
+                           shared_memory_bytes("flash_backward", tf32, version)),
     }
 
 
@@ -136,34 +158,40 @@ def fused_bytes_needed(B, T, C, NH, backward=True):
     return sum(4 * int(np.prod(s)) for s in fused_buffer_shapes(B, T, C, NH, backward).values())
 
 
-def unsupported_reason(tf32, compute_capability, shared_per_block_optin):
-    """Why the fused kernels cannot run on a GPU of this compute capability (major, minor) and
-    opt-in shared memory per block, or None when they can."""
+def unsupported_reason(tf32, compute_capability, shared_per_block_optin, version=FUSED_KERNEL):
+    """Why the fused kernels (with backward kernel ``version``) cannot run on a GPU of this
+    compute capability (major, minor) and opt-in shared memory per block, or None when they can."""
     arch = "sm_{}{}".format(*compute_capability)
+    if check_fused_kernel(version) != FUSED_KERNEL and tuple(compute_capability) < (8, 0):
+        return (f"fused backward kernel {version} runs on TF32 tensor cores in both precisions "
+                f"(compute capability 8.0 or newer); this GPU is {arch}: use kernel "
+                f"{FUSED_KERNEL}")
     if check_tf32(tf32) and tuple(compute_capability) < (8, 0):
         return (f"tf32=True needs TF32 tensor cores (compute capability 8.0 or newer); this GPU is "
                 f"{arch}: use tf32=False")
-    need = shared_memory_bytes("flash_backward", tf32)     # the larger of the two
+    need = max(shared_memory_bytes(name, tf32, version)
+               for name in ("flash_forward", "flash_backward"))
     if need > shared_per_block_optin:
+        instead = ("the materialized pipeline (attnlab.attention, kernels 1-8)"
+                   if version == FUSED_KERNEL else f"fused kernel {FUSED_KERNEL}")
         return (f"the fused {'TF32' if tf32 else 'fp32'} kernels need {need:,} bytes of shared "
-                f"memory per block (flash_backward), and this GPU ({arch}) allows "
-                f"{shared_per_block_optin:,}: use the materialized pipeline (attnlab.attention, "
-                f"kernels 1-8) instead")
+                f"memory per block (flash_backward of kernel {version}), and this GPU ({arch}) "
+                f"allows {shared_per_block_optin:,}: use {instead} instead")
     return None
 
 
-def gpu_unsupported_reason(tf32):
+def gpu_unsupported_reason(tf32, version=FUSED_KERNEL):
     """unsupported_reason for GPU 0 (None: the fused kernels run here)."""
     context()
     import pycuda.driver as cuda
     dev = cuda.Device(0)
     return unsupported_reason(tf32, dev.compute_capability(), dev.get_attribute(
-        cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
+        cuda.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), version)
 
 
-def check_supported(tf32):
+def check_supported(tf32, version=FUSED_KERNEL):
     """UnsupportedGPUError, before any allocation or launch, unless the fused kernels run here."""
-    why = gpu_unsupported_reason(tf32)
+    why = gpu_unsupported_reason(tf32, version)
     if why:
         raise UnsupportedGPUError(why)
 
@@ -204,19 +232,21 @@ ARG_FORMATS = {
 
 
 @functools.lru_cache(maxsize=None)
-def _function(name, tf32=False):
-    """A kernel of flash_attention.cu (or permute.cu), prepared, and allowed the dynamic
-    shared memory it needs (over 48 KB is an opt-in)."""
+def _function(name, tf32=False, version=FUSED_KERNEL):
+    """A kernel of flash_attention.cu (``flash_backward``: of fused kernel ``version``'s file;
+    or of permute.cu), prepared, and allowed the dynamic shared memory it needs (over 48 KB is
+    an opt-in)."""
     import pycuda.driver as cuda
     if name in ARG_FORMATS and name.startswith(("permute", "unpermute")):
         fn = kernels.get_function("permute", name)
         fn.prepare(ARG_FORMATS[name])
         return fn
-    check_supported(tf32)
-    fn = kernels.get_function(SOURCE, name, HEAD_SIZE=64, TF32=int(tf32))
+    check_supported(tf32, version)
+    source = BACKWARD_SOURCES[version] if name == "flash_backward" else SOURCE
+    fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
     fn.prepare(ARG_FORMATS[name])
     if name in ("flash_forward", "flash_backward"):
-        need = shared_memory_bytes(name, tf32)
+        need = shared_memory_bytes(name, tf32, version)
         if need > 48 * 1024:
             if not hasattr(fn, "set_attribute"):
                 raise SetupError(f"{name} needs {need} bytes of dynamic shared memory (more than "
@@ -255,10 +285,11 @@ def fused_forward(buf, tf32=False):
     _permute("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)
 
 
-def fused_backward(buf, tf32=False):
-    """Backward on ``buf`` after ``fused_forward``: reads dout, qkvr, o, lse; writes do, D,
-    dqkvr, dinp."""
+def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
+    """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (9 or
+    10): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp."""
     tf32 = check_tf32(tf32)
+    check_fused_kernel(kernel)
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
@@ -266,20 +297,21 @@ def fused_backward(buf, tf32=False):
     dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
     o, do, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "do", "lse", "D"))
     dims = (B, T, NH, HS)
-    launch = fused_launch(B, T, NH, tf32)
+    launch = fused_launch(B, T, NH, tf32, kernel)
     _permute("unpermute_backward_kernel", B * T * C, do, int(buf.dout.gpudata), *dims)
     grid, block, _ = launch["flash_backward_preprocess"]
     _function("flash_backward_preprocess", tf32).prepared_call(grid, block, D, o, do, B * NH * T)
     grid, block, shared = launch["flash_backward"]
-    _function("flash_backward", tf32).prepared_call(
+    _function("flash_backward", tf32, kernel).prepared_call(
         grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared)
     _permute("permute_backward_kernel", B * T * C, int(buf.dinp.gpudata), dq, dk, dv, *dims)
 
 
-def _checked_inputs(inp, n_head, tf32):
+def _checked_inputs(inp, n_head, tf32, kernel=FUSED_KERNEL):
     B, T, C, NH = check_qkv(inp, n_head)
     check_fused_shape(B, T, C, NH)
     check_tf32(tf32)
+    check_fused_kernel(kernel)
     return B, T, C, NH
 
 
@@ -293,16 +325,17 @@ def gpu_fused_forward(inp, n_head, tf32=False):
         return buf.get("out")
 
 
-def gpu_fused_backward(dout, inp, n_head, tf32=False):
-    """numpy in, numpy out: ``dinp`` (B, T, 3C) of the fused backward (runs the forward first)."""
-    B, T, C, NH = _checked_inputs(inp, n_head, tf32)
+def gpu_fused_backward(dout, inp, n_head, tf32=False, kernel=FUSED_KERNEL):
+    """numpy in, numpy out: ``dinp`` (B, T, 3C) of the fused backward with backward kernel
+    ``kernel`` (runs the forward first)."""
+    B, T, C, NH = _checked_inputs(inp, n_head, tf32, kernel)
     check_array("dout", dout, (B, T, C))
-    check_supported(tf32)
+    check_supported(tf32, kernel)
     with FusedBuffers(B, T, C, NH) as buf:
         buf.set("inp", inp)
         buf.set("dout", dout)
         fused_forward(buf, tf32)
-        fused_backward(buf, tf32)
+        fused_backward(buf, tf32, kernel)
         return buf.get("dinp")
 
 
@@ -310,9 +343,10 @@ def gpu_fused_backward(dout, inp, n_head, tf32=False):
 # compute-sanitizer's extra steps
 
 def sanitize_steps(B, T, C, NH):
-    """Run the fused forward and backward once at this shape, in each precision this GPU runs
-    (fp32 and TF32 on sm_80+), for attnlab.sanitize; returns the kernel sources run ([] when HS
-    is not 64 or this GPU runs neither, saying why on stderr)."""
+    """Run the fused forward and every fused backward kernel once at this shape, in each
+    precision this GPU runs them (kernel 9: fp32, and TF32 on sm_80+; later kernels on sm_80+
+    with the shared memory they need), for attnlab.sanitize; returns the kernel sources run
+    ([] when HS is not 64 or this GPU runs none, saying why on stderr)."""
     try:
         check_fused_shape(B, T, C, NH)
     except InputError:
@@ -320,22 +354,24 @@ def sanitize_steps(B, T, C, NH):
     from .problem import make_inputs
     inp, dout = make_inputs(B, T, C, NH, seed=0)
     variants = []
-    for tf32 in (False, True):
-        why = gpu_unsupported_reason(tf32)
-        if why:
-            print(f"attnlab.fused: not run under the sanitizer: {why}", file=sys.stderr)
-        else:
-            variants.append(tf32)
+    for kernel in FUSED_KERNELS:
+        for tf32 in (False, True):
+            why = gpu_unsupported_reason(tf32, kernel)
+            if why:
+                print(f"attnlab.fused: kernel {kernel} not run under the sanitizer: {why}",
+                      file=sys.stderr)
+            else:
+                variants.append((kernel, tf32))
     if not variants:
         return []
     with FusedBuffers(B, T, C, NH) as buf:
         buf.set("inp", inp)
         buf.set("dout", dout)
-        for tf32 in variants:
+        for kernel, tf32 in variants:
             fused_forward(buf, tf32)
-            fused_backward(buf, tf32)
+            fused_backward(buf, tf32, kernel)
             for name in ("out", "dinp"):
                 if not np.isfinite(buf.get(name)).all():
-                    raise AssertionError(f"fused {'tf32' if tf32 else 'fp32'} wrote NaN/Inf "
-                                         f"into {name} at B={B} T={T} C={C} NH={NH}")
-    return [SOURCE, "permute"]
+                    raise AssertionError(f"fused kernel {kernel} {'tf32' if tf32 else 'fp32'} "
+                                         f"wrote NaN/Inf into {name} at B={B} T={T} C={C} NH={NH}")
+    return sorted({SOURCE, "permute"} | {BACKWARD_SOURCES[k] for k, _ in variants})

@@ -10,7 +10,7 @@ Each (tool, shape) is one subprocess, ``compute-sanitizer --tool TOOL ... python
 attnlab.sanitize --target ...``: the softmax pipeline forward once (permute, two cuBLAS SGEMMs,
 softmax_forward_kernel5, unpermute), backward once per chosen kernel (unpermute_backward, four
 SGEMMs, the kernel, permute_backward; kernels 6-8 also at the extra block sizes), then the
-named targets of --extra: fused (kernels/flash_attention.cu) and ceilings (kernels/ceilings.cu,
+named targets of --extra: fused (kernels/flash_attention*.cu) and ceilings (kernels/ceilings.cu,
 l2_flush.cu). --split makes each (kernel, block size) and each named target a run of its own.
 The target first runs once natively (compiling every kernel). Kernel 1 is skipped at shapes as
 large as the default unless --include-slow, and racecheck there leaves cuBLAS's GEMMs
@@ -86,7 +86,7 @@ def _ceilings(B, T, C, NH):
 
 # The named targets (--extra): name -> (a function that runs each of its kernels once at a
 # shape, untimed, and returns the kernels/*.cu sources it ran; the sources it covers).
-TARGETS = {"fused": (_fused, ("flash_attention",)),
+TARGETS = {"fused": (_fused, ("flash_attention", "flash_attention10")),
            "ceilings": (_ceilings, ("ceilings", "l2_flush"))}
 
 
@@ -508,7 +508,7 @@ def add_arguments(p):
     a("--extra-block-sizes", default=",".join(map(str, EXTRA_BLOCK_SIZES)), help="more block "
       "sizes for kernels 6-8, compiled per block size (default: 32,1024; 'none' for none)")
     a("--extra", default=",".join(TARGETS), help="named targets run after the softmax pipeline: "
-      "fused (kernels/flash_attention.cu), ceilings (kernels/ceilings.cu, l2_flush.cu) "
+      "fused (kernels/flash_attention*.cu), ceilings (kernels/ceilings.cu, l2_flush.cu) "
       "(default: both; 'none': the softmax pipeline only)")
     flag("--include-slow", "also run kernel 1 at the default shape (minutes under a sanitizer)")
     flag("--racecheck-gemms", "let racecheck instrument cuBLAS's GEMMs at the default shape "

@@ -1,11 +1,13 @@
-"""The fused (FlashAttention-2 style) attention of kernels/flash_attention.cu.
+"""The fused (FlashAttention-2 style) attention of kernels/flash_attention.cu, and the later
+fused backward kernels (kernel 10: kernels/flash_attention10.cu).
 
 On any machine: bad arguments are refused before the GPU is touched, the launch geometry and
 memory are what the kernels expect, and other head sizes do not compile (that both variants
 compile for every architecture, fit its limits and do not spill: tests/test_archs.py). On a
 GPU: out and dinp of both precisions against the CPU reference over whole tensors, at the
 small shape (T=260, a partial last tile) and the default shape, and two runs give
-bit-identical results.
+bit-identical results, for every fused backward kernel; kernel 10's fp32-accurate (3xTF32)
+variant is within 2x of kernel 9's fp32 CUDA-core error against a float64 reference.
 """
 import argparse
 import re
@@ -17,12 +19,16 @@ import pytest
 from attnlab import GPUMemoryError, InputError, KernelCompileError, cli, fused, kernels
 from attnlab.archs import ARCHS, LIMITS
 from attnlab.problem import make_inputs
+from attnlab import reference
 from attnlab.reference import causal_mask, split_heads
 from attnlab.validate import compare
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 PRECISIONS = [False, True]
+# (fused backward kernel, tf32) of every method the GPU tests run
+METHODS = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in PRECISIONS]
+METHOD_IDS = [f"k{k}-{'tf32' if tf32 else 'fp32'}" for k, tf32 in METHODS]
 
 
 def precision(tf32):
@@ -68,6 +74,10 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
         (lambda: fused.gpu_fused_forward(inp[:, ::2], 2), "C-contiguous"),
         (lambda: fused.FusedBuffers(2, 6, 128, 2), "multiple of 4"),
         (lambda: fused.FusedBuffers(1, 32768 * 64 + 4, 128, 2), "fused backward"),
+        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=8),
+         r"fused backward kernel must be one of \[9, 10\], got 8"),
+        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=True), "got True"),
+        (lambda: fused.fused_launch(1, 64, 1, False, 11), "got 11"),
     ]
     for call, message in cases:
         with pytest.raises(InputError, match=message):
@@ -83,6 +93,12 @@ def test_cli_backward_9_checks_before_the_gpu(gpu_forbidden):
     args = argparse.Namespace(B=1, T=64, C=128, NH=2, repeats=0, tf32=True, **common)
     with pytest.raises(InputError, match="repeats"):
         cli.run(args)
+    args = argparse.Namespace(B=1, T=64, C=96, NH=3, repeats=3, tf32=True, **{**common, "kernel": 10})
+    with pytest.raises(InputError, match="HS"):
+        cli.run(args)
+    args = argparse.Namespace(B=1, T=64, C=128, NH=2, repeats=3, tf32=True, **{**common, "kernel": 11})
+    with pytest.raises(InputError, match=r"kernel must be 1-10 .*got 11"):
+        cli.run(args)
 
 
 @pytest.mark.parametrize("T, tiles", [(4, 1), (60, 1), (64, 1), (68, 2), (260, 5), (516, 9),
@@ -97,6 +113,10 @@ def test_tile_counts_and_grids(T, tiles):
         assert grid == (48, 2 * tiles, 1) and block == (128, 1, 1)
         grid, block, shared = launch["flash_backward_preprocess"]
         assert grid[0] * 16 >= 48 * T > (grid[0] - 1) * 16 and block == (256, 1, 1) and shared == 0
+        # kernel 10: a dK/dV and a dQ block per 128 rows, both precisions alike
+        grid, block, shared = fused.fused_launch(4, T, 12, tf32, 10)["flash_backward"]
+        assert grid == (48, 2 * -(-T // 128), 1) and block == (128, 1, 1)
+        assert shared == 4 * (2 * (128 + 64) * 72 + 2 * 128) == 111_616
 
 
 def test_launch_bounds_ask_each_arch_for_the_blocks_its_shared_memory_fits():
@@ -159,18 +179,18 @@ def test_other_head_sizes_do_not_compile():
 # On the GPU
 
 
-def run_fused(problem, tf32):
+def run_fused(problem, tf32, kernel=fused.FUSED_KERNEL):
     """(out, dinp, lse) of the fused forward and backward on the problem's inputs."""
     with fused.FusedBuffers(problem.B, problem.T, problem.C, problem.NH) as buf:
         buf.set("inp", problem.inp)
         buf.set("dout", problem.dout)
         fused.fused_forward(buf, tf32)
-        fused.fused_backward(buf, tf32)
+        fused.fused_backward(buf, tf32, kernel)
         return buf.get("out"), buf.get("dinp"), buf.get("lse")
 
 
-def check_against_reference(problem, tf32):
-    out, dinp, _ = run_fused(problem, tf32)
+def check_against_reference(problem, tf32, kernel):
+    out, dinp, _ = run_fused(problem, tf32, kernel)
     tol = fused.FUSED_TOLERANCES[precision(tf32)]
     for name, got in (("out", out), ("dinp", dinp)):
         report = compare(got, getattr(problem, name), name, tol[name])
@@ -178,15 +198,29 @@ def check_against_reference(problem, tf32):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
-def test_small_shape_matches_reference(small, tf32):
-    check_against_reference(small, tf32)
+@pytest.mark.parametrize("kernel, tf32", METHODS, ids=METHOD_IDS)
+def test_small_shape_matches_reference(small, kernel, tf32):
+    check_against_reference(small, tf32, kernel)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
-def test_default_shape_matches_reference(default, tf32):
-    check_against_reference(default, tf32)
+@pytest.mark.parametrize("kernel, tf32", METHODS, ids=METHOD_IDS)
+def test_default_shape_matches_reference(default, kernel, tf32):
+    check_against_reference(default, tf32, kernel)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["small", "default"])
+def test_3xtf32_is_as_accurate_as_fp32_cuda_cores(shape, request):
+    """Kernel 10 without tf32 (3xTF32 on tensor cores) against a float64 reference: its max
+    |dinp error| is within 2x of kernel 9's fp32 CUDA-core kernel's, on the same inputs."""
+    problem = request.getfixturevalue(shape)
+    inp64 = problem.inp.astype(np.float64)
+    _, _, att64 = reference.attention_forward(inp64, problem.NH)
+    dinp64 = reference.attention_backward(problem.dout.astype(np.float64), inp64, att64,
+                                          problem.NH)[0]
+    err = {k: np.abs(run_fused(problem, False, k)[1] - dinp64).max() for k in (9, 10)}
+    assert 0 < err[10] <= 2 * err[9], err
 
 
 @pytest.mark.gpu
@@ -201,19 +235,19 @@ def test_lse_is_the_log_sum_exp(small, tf32):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
-def test_two_runs_are_bit_identical(small, tf32):
+@pytest.mark.parametrize("kernel, tf32", METHODS, ids=METHOD_IDS)
+def test_two_runs_are_bit_identical(small, kernel, tf32):
     with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
         buf.set("inp", small.inp)
         buf.set("dout", small.dout)
         fused.fused_forward(buf, tf32)
-        fused.fused_backward(buf, tf32)
+        fused.fused_backward(buf, tf32, kernel)
         first = buf.get("dinp"), buf.get("out")
         fused.fused_forward(buf, tf32)
-        fused.fused_backward(buf, tf32)
-        fused.fused_backward(buf, tf32)        # idempotent: nothing accumulates
+        fused.fused_backward(buf, tf32, kernel)
+        fused.fused_backward(buf, tf32, kernel)   # idempotent: nothing accumulates
         second = buf.get("dinp"), buf.get("out")
-    third = run_fused(small, tf32)[1::-1]      # fresh buffers
+    third = run_fused(small, tf32, kernel)[1::-1]   # fresh buffers
     for a, b, c in zip(first, second, third):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
         assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
@@ -224,6 +258,8 @@ def test_numpy_helpers(small):
     out = fused.gpu_fused_forward(small.inp, small.NH)
     dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH)
     assert compare(out, small.out, "out", 1e-3).ok
+    assert compare(dinp, small.dinp, "dinp", 1e-3).ok
+    dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH, kernel=10)
     assert compare(dinp, small.dinp, "dinp", 1e-3).ok
 
 
@@ -242,8 +278,27 @@ def test_which_gpus_run_the_fused_kernels(arch, tf32):
     else:
         need = fused.shared_memory_bytes("flash_backward", False)
         assert why == (f"the fused fp32 kernels need {need:,} bytes of shared memory per block "
-                       f"(flash_backward), and this GPU (sm_75) allows 65,536: use the "
-                       f"materialized pipeline (attnlab.attention, kernels 1-8) instead")
+                       f"(flash_backward of kernel 9), and this GPU (sm_75) allows 65,536: use "
+                       f"the materialized pipeline (attnlab.attention, kernels 1-8) instead")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+def test_kernel_10_runs_on_sm80_and_sm90_and_says_why_not_elsewhere(arch, tf32):
+    """Kernel 10 needs tensor cores in both precisions and 111,616 B of shared memory per
+    block: sm_80 and sm_90 run it; sm_86/sm_89 (99 KB) and sm_75 are told to use kernel 9."""
+    why = fused.unsupported_reason(tf32, (int(arch[3]), int(arch[4])),
+                                   LIMITS[arch].max_shared_per_block_optin, 10)
+    if arch in ("sm_80", "sm_90"):
+        assert why is None
+    elif arch == "sm_75":
+        assert why == ("fused backward kernel 10 runs on TF32 tensor cores in both precisions "
+                       "(compute capability 8.0 or newer); this GPU is sm_75: use kernel 9")
+    else:
+        assert why == (f"the fused {'TF32' if tf32 else 'fp32'} kernels need 111,616 bytes of "
+                       f"shared memory per block (flash_backward of kernel 10), and this GPU "
+                       f"({arch}) allows {LIMITS[arch].max_shared_per_block_optin:,}: use fused "
+                       f"kernel 9 instead")
 
 
 def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatch):
@@ -252,7 +307,8 @@ def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatc
     from attnlab import UnsupportedGPUError
     from attnlab.cli import main
     monkeypatch.setattr(fused, "gpu_unsupported_reason",
-                        lambda tf32: fused.unsupported_reason(tf32, (7, 5), 64 * 1024))
+                        lambda tf32, version=9: fused.unsupported_reason(tf32, (7, 5), 64 * 1024,
+                                                                         version))
 
     def no_allocation(*args, **kwargs):
         raise AssertionError("allocated on a GPU that cannot run the kernels")
@@ -265,3 +321,4 @@ def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatc
         with pytest.raises(UnsupportedGPUError, match="sm_75"):
             fused.gpu_fused_backward(dout, inp, 3, tf32=tf32)
     assert main(["backward", "9", "--B", "2", "--T", "260", "--C", "192", "--NH", "3"]) == 2
+    assert main(["backward", "10", "--B", "2", "--T", "260", "--C", "192", "--NH", "3"]) == 2
