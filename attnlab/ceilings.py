@@ -16,6 +16,8 @@ from .device import context, device_info
 COPY_BYTES = 2 * 2 ** 30        # 2 GiB in, 2 GiB out: dozens of times the L2 cache
 FMA_ITERATIONS = 4096
 FMA_CHAINS = 8                  # kernels/ceilings.cu
+MMA_ITERATIONS = 2048
+MMA_CHAINS = 8                  # kernels/ceilings.cu
 SHARED_ITERATIONS = 4096
 SHARED_LOADS = 4 * 4            # bytes a thread reads from shared memory per iteration, x4 loads
 
@@ -91,6 +93,21 @@ def shared_load_rate(repeats=20):
     return _summary(t, threads * SHARED_ITERATIONS * SHARED_LOADS, "bytes/s")
 
 
+def _has_tf32_mma():
+    major, minor = (int(x) for x in device_info()["compute_capability"].split("."))
+    return (major, minor) >= (8, 0)
+
+
+def mma_tf32_rate(repeats=20):
+    """Flops per second of mma_tf32_kernel: mma.sync.m16n8k8 TF32 products (2048 flops each,
+    8 independent chains per warp); None below compute capability 8.0. Not one of measure()'s
+    four: the roof of the fused tensor-core kernels (benchmarks/fused_ladder.py)."""
+    if not _has_tf32_mma():
+        return None
+    t, threads = _time_on_chip("mma_tf32_kernel", 16, 256, (np.int32(MMA_ITERATIONS),), repeats)
+    return _summary(t, threads // 32 * MMA_ITERATIONS * MMA_CHAINS * 2048, "flops/s")
+
+
 def measure():
     """All four ceilings of this GPU, as a JSON-ready dict."""
     context()
@@ -131,6 +148,9 @@ def sanitize_steps(B, T, C, NH):
         _function("fma_kernel")(out, np.int32(16), np.float32(0.999), np.float32(0.001),
                                 grid=(blocks, 1, 1), block=(block, 1, 1))
         _function("shared_load_kernel")(out, np.int32(16), grid=(1, 1, 1), block=(1024, 1, 1))
+        if _has_tf32_mma():
+            _function("mma_tf32_kernel")(out, np.int32(16), grid=(blocks, 1, 1),
+                                         block=(block, 1, 1))
         flusher = bench.L2Flusher()
         flusher.flush()
         cuda.Context.synchronize()

@@ -3,8 +3,11 @@
 
   k8 fp32     the materialized pipeline (attnlab.attention, softmax-backward kernel 8), cuBLAS fp32
   k8 tf32     the same with cuBLAS in TF32 tensor-op math
-  fused fp32  kernels/flash_attention.cu, fp32 on CUDA cores (attnlab.fused)
+  fused fp32  kernels/flash_attention.cu (fused kernel 9), fp32 on CUDA cores (attnlab.fused)
   fused tf32  the same on TF32 tensor cores
+  fused10 fp32  fused backward kernel 10 (kernels/flash_attention10.cu): 3xTF32 on tensor
+              cores, fp32-accurate (after kernel 9's fp32 forward)
+  fused10 tf32  the same with one TF32 product (after kernel 9's TF32 forward)
   torch       torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) on fp32
               inputs, its backward (torch is only needed here, not by attnlab)
 
@@ -34,12 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a c
 
 import numpy as np
 
-from attnlab import attention, bench, fused
+from attnlab import attention, bench, counts, fused
 from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info, free_memory
 from attnlab.errors import AttnlabError, GPUMemoryError, InputError
 
-METHODS = ("k8 fp32", "k8 tf32", "fused fp32", "fused tf32", "torch")
+# fused methods: name -> (fused backward kernel, tf32)
+FUSED_METHODS = {"fused fp32": (9, False), "fused tf32": (9, True),
+                 "fused10 fp32": (10, False), "fused10 tf32": (10, True)}
+METHODS = ("k8 fp32", "k8 tf32", *FUSED_METHODS, "torch")
 K8_BLOCK_SIZE = 256
 WARMUP = 2
 GIB = 2 ** 30
@@ -101,32 +107,34 @@ def run_k8(inp, dout, B, T, C, NH, repeats):
 
 
 def run_fused(inp, dout, B, T, C, NH, repeats):
-    """The fused backward, fp32 and TF32; also returns their dinp for the cross-check."""
+    """The fused backward kernels 9 and 10, fp32 and TF32; also returns their dinp for the
+    cross-check."""
     need = fused.fused_bytes_needed(B, T, C, NH)
     res, dinps = {}, {}
     free_before = free_memory()[0]
     try:
         buf = fused.FusedBuffers(B, T, C, NH)
     except GPUMemoryError as e:
-        for m in ("fused fp32", "fused tf32"):
+        for m in FUSED_METHODS:
             res[m] = {"status": "does not fit", "buffer_bytes": need, "reason": str(e)}
         return res, dinps
     measured = free_before - free_memory()[0]
     with buf:
         buf.set("inp", inp)
         buf.set("dout", dout)
-        for tf32 in (False, True):
-            name = "fused tf32" if tf32 else "fused fp32"
+        for name, (kernel, tf32) in FUSED_METHODS.items():
             t0 = time.perf_counter()
             fused.fused_forward(buf, tf32)
-            fused.fused_backward(buf, tf32)
+            fused.fused_backward(buf, tf32, kernel)
             dinps[name] = buf.get("dinp")
             forward = bench.benchmark(lambda: fused.fused_forward(buf, tf32), repeats=3, warmup=1)
             fused.fused_forward(buf, tf32)
-            t = bench.benchmark(lambda: fused.fused_backward(buf, tf32), repeats=repeats,
-                                warmup=WARMUP)
+            t = bench.benchmark(lambda: fused.fused_backward(buf, tf32, kernel),
+                                repeats=repeats, warmup=WARMUP)
             res[name] = dict(status="ok", buffer_bytes=need, measured_bytes=measured,
-                             forward_median_ms=forward.median_ms, **timing_dict(t))
+                             forward_median_ms=forward.median_ms,
+                             tflops=counts.fused_flops(B, T, NH, C // NH) / t.median_ms / 1e9,
+                             **timing_dict(t))
             log(f"  {name}: {t.median_ms:10.3f} ms  (forward {forward.median_ms:.3f} ms; "
                 f"{time.perf_counter() - t0:.1f} s)")
     return res, dinps
@@ -225,9 +233,9 @@ def print_tables(report):
     for T in Ts:
         cc = report["results"][T].get("torch", {}).get("cross_check_max_abs_diff")
         if cc:
-            print(f"{T:>6} | fp32 {cc.get('fused fp32', float('nan')):.3g} | "
-                  f"tf32 {cc.get('fused tf32', float('nan')):.3g} | "
-                  f"max {cc['max_abs_torch_dinp']:.3g}")
+            print(f"{T:>6} | " + " | ".join(f"{m} {cc.get(m, float('nan')):.3g}"
+                                           for m in FUSED_METHODS)
+                  + f" | max {cc['max_abs_torch_dinp']:.3g}")
     print("\ntargets:")
     for line in report["targets"]:
         print("  " + line)
@@ -251,6 +259,20 @@ def targets(report):
         if a and b:
             lines.append(f"T={T}: fused tf32 / torch = {a / b:.2f} (target <= 1.5): "
                          f"{'PASS' if a / b <= 1.5 else 'FAIL'}")
+    # issue #14's targets for the Hopper-speed kernels
+    a = ms(1024, "fused10 tf32")
+    if a:
+        lines.append(f"T=1024: fused10 tf32 {a:.3f} ms (target <= 0.17 ms): "
+                     f"{'PASS' if a <= 0.17 else 'FAIL'}")
+    r = res.get(16384, {}).get("fused10 tf32", {})
+    if r.get("status") == "ok":
+        lines.append(f"T=16384: fused10 tf32 {r['tflops']:.1f} TFLOP/s (target >= 160): "
+                     f"{'PASS' if r['tflops'] >= 160 else 'FAIL'}")
+    for T in res:
+        a, b = ms(T, "fused10 fp32"), ms(T, "torch")
+        if a and b:
+            lines.append(f"T={T}: fused10 fp32 (3xTF32) / torch fp32 = {a / b:.2f} (target < 1): "
+                         f"{'PASS' if a < b else 'FAIL'}")
     return lines
 
 

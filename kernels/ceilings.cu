@@ -10,6 +10,10 @@
 //  - shared_load_kernel: every thread reads shared memory, conflict-free (lane i reads bank
 //    i), LOADS times: the rate at which an SM's load path delivers bytes from shared memory
 //    (the same path serves L1 hits), the roof for loads that never leave the SM.
+//  - mma_tf32_kernel (sm_80 and newer): every warp runs MMA_CHAINS independent chains of
+//    mma.sync.m16n8k8 TF32 products (2048 flops each) on operands held in registers: the rate
+//    of the warp-level tensor-core instruction the fused kernels 9 and 10 are built on. (On
+//    Hopper the warpgroup instruction wgmma reaches a higher rate; mma.sync does not use it.)
 // The results are written to `out` only so that the compiler cannot remove the work.
 #include "common.cuh"
 
@@ -61,4 +65,29 @@ extern "C" __global__ void __launch_bounds__(1024) shared_load_kernel(float* out
         }
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = acc[0] + acc[1] + acc[2] + acc[3];
+}
+
+#define MMA_CHAINS 8
+extern "C" __global__ void mma_tf32_kernel(float* out, int iterations) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    float d[MMA_CHAINS][4];
+#pragma unroll
+    for (int c = 0; c < MMA_CHAINS; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[c][e] = 0.f;
+    const unsigned a = __float_as_uint(1.f + threadIdx.x * 1e-3f), b = __float_as_uint(1e-3f);
+    for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+        for (int c = 0; c < MMA_CHAINS; ++c) {   // independent: the pipe never waits on a result
+            asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                         : "+f"(d[c][0]), "+f"(d[c][1]), "+f"(d[c][2]), "+f"(d[c][3])
+                         : "r"(a), "r"(a), "r"(a), "r"(a), "r"(b), "r"(b));
+        }
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < MMA_CHAINS; ++c) sum += d[c][0] + d[c][1] + d[c][2] + d[c][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+#endif
 }

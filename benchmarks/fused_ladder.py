@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""The fused backward kernels (9, 10, ...) in both precisions, checked and timed in one run:
+the numbers notebook 13 teaches from.
+
+    python benchmarks/fused_ladder.py [--T 1024,4096,16384] [--repeats 20] [--json FILE]
+
+1. Accuracy, at the small shape (B=2 T=260 C=192 NH=3) and the default one (B=4 T=1024 C=768
+   NH=12): out and dinp of every method against the CPU reference at the fused tolerances,
+   the max |error| of dinp against a float64 reference, and two runs compared bit for bit.
+2. Speed, at B=4 NH=12 HS=64 for each T: the backward alone (fused_backward: its permutes,
+   the preprocess and flash_backward), all methods interleaved on one set of buffers
+   (attnlab.bench.interleaved: CUDA events, warm-up, L2 flushed before each call), median and
+   quartiles, TFLOP/s as the FlashAttention papers count them (counts.fused_flops) and the
+   fraction of the H200's dense TF32 tensor rate.
+3. The compiler's evidence for each flash_backward: registers, local memory, static shared
+   memory, and the blocks per SM that registers and shared memory allow.
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout
+
+import numpy as np
+
+from attnlab import bench, ceilings, counts, fused, reference
+from attnlab.checks import check_int, parse_list
+from attnlab.device import context, device_info
+from attnlab.problem import DEFAULT, SMALL, make_problem
+from attnlab.validate import compare
+
+# (name, fused backward kernel, tf32): "fp32" is kernel 9's CUDA-core variant and kernel 10's
+# 3xTF32 (fp32-accurate on tensor cores); "tf32" one TF32 product.
+METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
+           ("k10 fp32", 10, False), ("k10 tf32", 10, True))
+# Tensor-core flops a method executes per counted flop: the deterministic kernels do 7 tile
+# products where the count (FlashAttention's) has 5 (S and dP again in the dQ blocks), and
+# 3xTF32 does 3 mma per product. None: CUDA cores.
+EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / 5, "k10 fp32": 3 * 7 / 5,
+                        "k10 tf32": 7 / 5}
+TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(problem, kernel, tf32):
+    with fused.FusedBuffers(problem.B, problem.T, problem.C, problem.NH) as buf:
+        buf.set("inp", problem.inp)
+        buf.set("dout", problem.dout)
+        fused.fused_forward(buf, tf32)
+        fused.fused_backward(buf, tf32, kernel)
+        first = buf.get("out"), buf.get("dinp")
+        fused.fused_backward(buf, tf32, kernel)
+        return first, buf.get("dinp")
+
+
+def accuracy(shape):
+    problem = make_problem(**shape, progress=True)
+    inp64 = problem.inp.astype(np.float64)
+    _, _, att64 = reference.attention_forward(inp64, problem.NH)
+    dinp64 = reference.attention_backward(problem.dout.astype(np.float64), inp64, att64,
+                                          problem.NH)[0]
+    del att64
+    rows = {}
+    for name, kernel, tf32 in METHODS:
+        (out, dinp), again = run(problem, kernel, tf32)
+        tol = fused.FUSED_TOLERANCES["tf32" if tf32 else "fp32"]
+        reps = {n: compare(got, getattr(problem, n), n, tol[n]) for n, got in
+                (("out", out), ("dinp", dinp))}
+        rows[name] = {"valid": all(r.ok for r in reps.values()),
+                      "max_abs_err": {n: r.max_abs_err for n, r in reps.items()},
+                      "dinp_err_vs_float64": float(np.abs(dinp - dinp64).max()),
+                      "bit_identical": bool(np.array_equal(dinp.view(np.uint32),
+                                                           again.view(np.uint32)))}
+        log(f"  {name}: {rows[name]}")
+    return rows
+
+
+def evidence(kernel, tf32):
+    import pycuda.driver as cuda
+    fn = fused._function("flash_backward", tf32, kernel)
+    A = cuda.function_attribute
+    regs = fn.get_attribute(A.NUM_REGS)
+    smem = fused.shared_memory_bytes("flash_backward", tf32, kernel)
+    dev, D = cuda.Device(0), cuda.device_attribute
+    # registers are allocated per warp in units of 256 (8 per thread)
+    by_regs = dev.get_attribute(D.MAX_REGISTERS_PER_MULTIPROCESSOR) // (
+        fused.THREADS * ((regs + 7) // 8 * 8))
+    by_smem = dev.get_attribute(D.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR) // (smem + 1024)
+    return {"registers": regs, "local_bytes": fn.get_attribute(A.LOCAL_SIZE_BYTES),
+            "dynamic_shared_bytes": smem, "blocks_per_sm_registers": by_regs,
+            "blocks_per_sm_shared": by_smem, "blocks_per_sm": min(by_regs, by_smem)}
+
+
+def speed(T, repeats, mma_roof):
+    B, NH, C = DEFAULT.B, DEFAULT.NH, DEFAULT.C
+    inp = np.random.default_rng(0).uniform(-1, 1, (B, T, 3 * C)).astype(np.float32)
+    dout = np.random.default_rng(1).uniform(-1, 1, (B, T, C)).astype(np.float32)
+    flops = counts.fused_flops(B, T, NH, C // NH)
+    with fused.FusedBuffers(B, T, C, NH) as buf:
+        buf.set("inp", inp)
+        buf.set("dout", dout)
+        fused.fused_forward(buf, False)
+        fns = {name: (lambda k=kernel, t=tf32: fused.fused_backward(buf, t, k))
+               for name, kernel, tf32 in METHODS}
+        timings = bench.interleaved(fns, repeats=repeats, warmup=2)
+    rows = {}
+    for name, t in timings.items():
+        q1, q3 = t.quartiles_ms
+        tflops = flops / (t.median_ms * 1e-3) / 1e12
+        per = EXECUTED_PER_COUNTED[name]
+        rows[name] = {"median_ms": t.median_ms, "q1_ms": float(q1), "q3_ms": float(q3),
+                      "tflops": tflops, "fraction_of_tf32_rate": tflops / TF32_DENSE_TFLOPS,
+                      "executed_mma_tflops": per and tflops * per,
+                      "fraction_of_mma_roof": per and tflops * per * 1e12 / mma_roof}
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--T", default="1024,4096,16384")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--json", default=None)
+    p.add_argument("--skip-accuracy", action="store_true")
+    args = p.parse_args(argv)
+    Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
+    repeats = check_int("--repeats", args.repeats)
+    context()
+    mma = ceilings.mma_tf32_rate()
+    report = {"device": device_info()["name"], "methods": [m[0] for m in METHODS],
+              "mma_tf32_roof": mma, "executed_per_counted": EXECUTED_PER_COUNTED,
+              "tf32_dense_tflops": TF32_DENSE_TFLOPS, "repeats": repeats,
+              "evidence": {name: evidence(k, t) for name, k, t in METHODS},
+              "accuracy": {}, "speed": {}}
+    t0 = time.perf_counter()
+    if not args.skip_accuracy:
+        for label, shape in (("small", SMALL), ("default", DEFAULT)):
+            log(f"accuracy at {label} {dict(shape)}")
+            report["accuracy"][label] = accuracy(dict(shape))
+    for T in Ts:
+        log(f"speed at T={T}")
+        report["speed"][str(T)] = speed(T, repeats, mma["median"])
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+    report["elapsed_s"] = time.perf_counter() - t0
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    print(f"\n{report['device']}: mma.sync TF32 roof {mma['median'] / 1e12:.1f} TFLOP/s "
+          f"(IQR {mma['from_q3'] / 1e12:.1f}-{mma['to_q1'] / 1e12:.1f})")
+    print("compiler evidence (flash_backward)")
+    for name, e in report["evidence"].items():
+        print(f"  {name:9} {e['registers']} registers, {e['local_bytes']} B local, "
+              f"{e['dynamic_shared_bytes']} B shared -> {e['blocks_per_sm']} blocks/SM")
+    for label, rows in report["accuracy"].items():
+        print(f"accuracy, {label} shape: max |err| out / dinp vs reference; dinp vs float64")
+        for name, r in rows.items():
+            print(f"  {name:9} {'ok ' if r['valid'] else 'BAD'} {r['max_abs_err']['out']:.2e} / "
+                  f"{r['max_abs_err']['dinp']:.2e}; {r['dinp_err_vs_float64']:.2e}; "
+                  f"{'bit-identical' if r['bit_identical'] else 'NOT bit-identical'}")
+    print("backward, median ms (IQR), TFLOP/s, % of dense TF32; executed mma TFLOP/s, % of roof")
+    for T, rows in report["speed"].items():
+        for name, r in rows.items():
+            roof = (f"{r['executed_mma_tflops']:6.1f} {100 * r['fraction_of_mma_roof']:5.1f} %"
+                    if r["executed_mma_tflops"] else "")
+            print(f"  T={T:>5} {name:9} {r['median_ms']:9.3f} ({r['q1_ms']:.3f}-{r['q3_ms']:.3f}) "
+                  f"{r['tflops']:6.1f} {100 * r['fraction_of_tf32_rate']:5.1f} %  {roof}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
