@@ -71,8 +71,10 @@ def parser():
     b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
     b.add_argument("kernel", type=int, help=f"softmax-backward kernel {KERNELS[0]}-{KERNELS[-1]}, "
                    f"or {FUSED_KERNEL}: the fused FlashAttention-2-style backward (fp32; with "
-                   f"--tf32 on tensor cores), or {FUSED_KERNELS[-1]}: the fused backward with 32 "
-                   f"rows per warp (3xTF32, fp32-accurate; with --tf32 one TF32 product)")
+                   f"--tf32 on tensor cores); 10: the fused backward with 32 rows per warp "
+                   f"(3xTF32 on tensor cores, fp32-accurate; with --tf32 one TF32 product); 11: "
+                   f"kernel 10 with dQ added by atomics (5 tile products instead of 7; not "
+                   f"bit-identical run to run)")
     from .sanitize import add_arguments as sanitize_arguments
     sanitize_arguments(sub.add_parser(
         "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
@@ -105,7 +107,7 @@ def info():
 
 
 def run(args):
-    """forward, backward 1-8 or backward 9-10 (fused): validate, then time; returns
+    """forward, backward 1-8 or backward 9-11 (fused): validate, then time; returns
     (result dict, {name: Report}, exit status)."""
     if args.command == "backward" and check_backward_kernel(args.kernel) in FUSED_KERNELS:
         return _run_fused(args)
@@ -157,7 +159,7 @@ def _run_pipeline(args):
 
 
 def _run_fused(args):
-    """``backward 9`` or ``10``: the fused kernels (attnlab.fused) with that backward,
+    """``backward 9``, ``10`` or ``11``: the fused kernels (attnlab.fused) with that backward,
     validated on out and dinp, then the backward timed; --tf32 selects the TF32 variant. They
     have one block size (fused.THREADS), so --block-sizes is not used."""
     from . import bench, fused
@@ -192,7 +194,7 @@ def _run_fused(args):
 
 
 def _result(args, device, kernel, math, checks, timings, **extra):
-    """The JSON result of forward and backward 1-10, with its reports and exit status."""
+    """The JSON result of forward and backward 1-11, with its reports and exit status."""
     from .bench import best
     ok = all(r.ok for r in checks.values())
     result = {

@@ -35,9 +35,11 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
 # later one is its own file with the same flash_backward signature (the forward and the
 # preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
-BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10"}
+# DETERMINISTIC: bit-identical results run after run (kernel 11 adds dQ with atomics).
+BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128}
+OWN_ROWS = {9: 64, 10: 128, 11: 128}
+DETERMINISTIC = {9: True, 10: True, 11: False}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -108,7 +110,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     forward: the q, k, v tiles; backward: 4 tiles (own and current: k, v, q, do) and the lse
     and D of one query tile. Kernel 9's fp32 variant adds a per-warp scratch for P and dS (16
     rows, padded by 4 floats): 64 wide in the forward, 32 in the backward (half tiles). Kernel
-    10's own tiles are 128 rows, the others 64, and it keeps lse and D of 128 rows.
+    10's own tiles are 128 rows, the others 64, and it keeps lse and D of 128 rows; kernel 11
+    owns 128 keys, takes 32 queries at a time and keeps their dS^T (128 x 40 floats).
     """
     tf32 = check_tf32(tf32)
     check_fused_kernel(version)
@@ -116,9 +119,12 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
         floats = 3 * TILE_FLOATS + (0 if tf32 else 4 * 16 * (TILE + 4))
     elif kernel == "flash_backward" and version == 9:
         floats = 4 * TILE_FLOATS + 2 * TILE + (0 if tf32 else 4 * 16 * (TILE // 2 + 4))
-    elif kernel == "flash_backward":
+    elif kernel == "flash_backward" and version == 10:
         own = OWN_ROWS[version]
         floats = 2 * (own + TILE) * (TILE_FLOATS // TILE) + 2 * own
+    elif kernel == "flash_backward":    # 11: sK, sV; sQ, sdO of 32 rows; lse, D; dS^T
+        own, other = OWN_ROWS[version], TILE // 2
+        floats = 2 * (own + other) * (TILE_FLOATS // TILE) + 2 * other + own * (other + 8)
     else:
         raise InputError(f"kernel must be 'flash_forward' or 'flash_backward', got {kernel!r}")
     return 4 * floats
@@ -134,14 +140,15 @@ def check_fused_kernel(version):
 
 def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
-    fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows)."""
+    fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
+    kernel 11: one block per 128 keys, which also adds dQ)."""
     BH, nt = B * NH, n_tiles(T)
-    own = ceil_div(T, OWN_ROWS[check_fused_kernel(version)])
+    own = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
     return {
         "flash_forward": ((BH, nt, 1), (THREADS, 1, 1), shared_memory_bytes("flash_forward", tf32)),
         "flash_backward_preprocess": ((ceil_div(BH * T, PREPROCESS_ROWS), 1, 1),
                                       (PREPROCESS_THREADS, 1, 1), 0),
-        "flash_backward": ((BH, 2 * own, 1), (THREADS, 1, 1),
+        "flash_backward": ((BH, own, 1), (THREADS, 1, 1),
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
 
@@ -286,8 +293,8 @@ def fused_forward(buf, tf32=False):
 
 
 def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
-    """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (9 or
-    10): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp."""
+    """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (one of
+    FUSED_KERNELS): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp."""
     tf32 = check_tf32(tf32)
     check_fused_kernel(kernel)
     if not buf.backward:
@@ -302,6 +309,9 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     grid, block, _ = launch["flash_backward_preprocess"]
     _function("flash_backward_preprocess", tf32).prepared_call(grid, block, D, o, do, B * NH * T)
     grid, block, shared = launch["flash_backward"]
+    if not DETERMINISTIC[kernel]:         # it adds dQ into dq with atomics
+        import pycuda.driver as cuda
+        cuda.memset_d32(dq, 0, B * NH * T * HS)
     _function("flash_backward", tf32, kernel).prepared_call(
         grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared)
     _permute("permute_backward_kernel", B * T * C, int(buf.dinp.gpudata), dq, dk, dv, *dims)

@@ -34,12 +34,13 @@ from attnlab.validate import compare
 # (name, fused backward kernel, tf32): "fp32" is kernel 9's CUDA-core variant and kernel 10's
 # 3xTF32 (fp32-accurate on tensor cores); "tf32" one TF32 product.
 METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
-           ("k10 fp32", 10, False), ("k10 tf32", 10, True))
+           ("k10 fp32", 10, False), ("k10 tf32", 10, True),
+           ("k11 fp32", 11, False), ("k11 tf32", 11, True))
 # Tensor-core flops a method executes per counted flop: the deterministic kernels do 7 tile
 # products where the count (FlashAttention's) has 5 (S and dP again in the dQ blocks), and
 # 3xTF32 does 3 mma per product. None: CUDA cores.
 EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / 5, "k10 fp32": 3 * 7 / 5,
-                        "k10 tf32": 7 / 5}
+                        "k10 tf32": 7 / 5, "k11 fp32": 3.0, "k11 tf32": 1.0}
 TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
 
 
@@ -75,7 +76,8 @@ def accuracy(shape):
                       "max_abs_err": {n: r.max_abs_err for n, r in reps.items()},
                       "dinp_err_vs_float64": float(np.abs(dinp - dinp64).max()),
                       "bit_identical": bool(np.array_equal(dinp.view(np.uint32),
-                                                           again.view(np.uint32)))}
+                                                           again.view(np.uint32))),
+                      "max_run_to_run_diff": float(np.abs(dinp - again).max())}
         log(f"  {name}: {rows[name]}")
     return rows
 
@@ -160,7 +162,7 @@ def main(argv=None):
         for name, r in rows.items():
             print(f"  {name:9} {'ok ' if r['valid'] else 'BAD'} {r['max_abs_err']['out']:.2e} / "
                   f"{r['max_abs_err']['dinp']:.2e}; {r['dinp_err_vs_float64']:.2e}; "
-                  f"{'bit-identical' if r['bit_identical'] else 'NOT bit-identical'}")
+                  f"{'bit-identical' if r['bit_identical'] else 'runs differ by up to %.1e' % r['max_run_to_run_diff']}")
     print("backward, median ms (IQR), TFLOP/s, % of dense TF32; executed mma TFLOP/s, % of roof")
     for T, rows in report["speed"].items():
         for name, r in rows.items():

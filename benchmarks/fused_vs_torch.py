@@ -8,6 +8,8 @@
   fused10 fp32  fused backward kernel 10 (kernels/flash_attention10.cu): 3xTF32 on tensor
               cores, fp32-accurate (after kernel 9's fp32 forward)
   fused10 tf32  the same with one TF32 product (after kernel 9's TF32 forward)
+  fused11 fp32/tf32  fused backward kernel 11 (kernels/flash_attention11.cu): kernel 10 with dQ
+              added by atomics, not bit-identical run to run
   torch       torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) on fp32
               inputs, its backward (torch is only needed here, not by attnlab)
 
@@ -44,7 +46,8 @@ from attnlab.errors import AttnlabError, GPUMemoryError, InputError
 
 # fused methods: name -> (fused backward kernel, tf32)
 FUSED_METHODS = {"fused fp32": (9, False), "fused tf32": (9, True),
-                 "fused10 fp32": (10, False), "fused10 tf32": (10, True)}
+                 "fused10 fp32": (10, False), "fused10 tf32": (10, True),
+                 "fused11 fp32": (11, False), "fused11 tf32": (11, True)}
 METHODS = ("k8 fp32", "k8 tf32", *FUSED_METHODS, "torch")
 K8_BLOCK_SIZE = 256
 WARMUP = 2
@@ -260,19 +263,21 @@ def targets(report):
             lines.append(f"T={T}: fused tf32 / torch = {a / b:.2f} (target <= 1.5): "
                          f"{'PASS' if a / b <= 1.5 else 'FAIL'}")
     # issue #14's targets for the Hopper-speed kernels
-    a = ms(1024, "fused10 tf32")
-    if a:
-        lines.append(f"T=1024: fused10 tf32 {a:.3f} ms (target <= 0.17 ms): "
-                     f"{'PASS' if a <= 0.17 else 'FAIL'}")
-    r = res.get(16384, {}).get("fused10 tf32", {})
-    if r.get("status") == "ok":
-        lines.append(f"T=16384: fused10 tf32 {r['tflops']:.1f} TFLOP/s (target >= 160): "
-                     f"{'PASS' if r['tflops'] >= 160 else 'FAIL'}")
-    for T in res:
-        a, b = ms(T, "fused10 fp32"), ms(T, "torch")
-        if a and b:
-            lines.append(f"T={T}: fused10 fp32 (3xTF32) / torch fp32 = {a / b:.2f} (target < 1): "
-                         f"{'PASS' if a < b else 'FAIL'}")
+    for m in ("fused10 tf32", "fused11 tf32"):
+        a = ms(1024, m)
+        if a:
+            lines.append(f"T=1024: {m} {a:.3f} ms (target <= 0.17 ms): "
+                         f"{'PASS' if a <= 0.17 else 'FAIL'}")
+        r = res.get(16384, {}).get(m, {})
+        if r.get("status") == "ok":
+            lines.append(f"T=16384: {m} {r['tflops']:.1f} TFLOP/s (target >= 160): "
+                         f"{'PASS' if r['tflops'] >= 160 else 'FAIL'}")
+    for m in ("fused10 fp32", "fused11 fp32"):
+        for T in res:
+            a, b = ms(T, m), ms(T, "torch")
+            if a and b:
+                lines.append(f"T={T}: {m} (3xTF32) / torch fp32 = {a / b:.2f} (target < 1): "
+                             f"{'PASS' if a < b else 'FAIL'}")
     return lines
 
 

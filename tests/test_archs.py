@@ -26,16 +26,16 @@ TF32_ON_SM75 = ("flash_attention", TF32, ("sm_75",))   # must not compile: #erro
 
 # fp32 flash_forward / flash_backward need more shared memory than a T4's 64 KB opt-in
 # maximum (the library refuses to launch them there): test_fp32_flash_kernels_do_not_fit_sm75.
-# Kernel 10's flash_backward (111,616 B) does not fit sm_86/sm_89's 99 KB: the library falls
+# Kernels 10's and 11's flash_backward (111,616 and 112,896 B) do not fit sm_86/sm_89's 99 KB: the library falls
 # back to kernel 9 there (tests/test_fused.py).
 SHARED_MEMORY_TOO_BIG = {("flash_attention", FP32, "sm_75", "flash_forward"),
                          ("flash_attention", FP32, "sm_75", "flash_backward")} | {
-    ("flash_attention10", defines, arch, "flash_backward")
+    (source, defines, arch, "flash_backward") for source in ("flash_attention10", "flash_attention11")
     for defines in (FP32, TF32) for arch in ("sm_86", "sm_89")}
-# Kernel 10's 3xTF32 variant holds split operands next to 128 accumulator registers and spills
+# Kernels 10's and 11's 3xTF32 variants hold split operands next to 128 accumulator registers and spills
 # a few bytes at 255 registers: stored before the tile loop and reloaded once per tile, outside
 # the mma loops (its header says so). {(source, defines): most spill bytes allowed}
-KNOWN_SPILLS = {("flash_attention10", FP32): 128}
+KNOWN_SPILLS = {("flash_attention10", FP32): 128, ("flash_attention11", FP32): 160}
 
 
 def build_id(source, defines):
@@ -74,7 +74,7 @@ def test_the_builds_are_the_run_time_ones():
     for source in sources:
         if source == "flash_attention":
             expected += [(source, FP32, ARCHS), (source, TF32, TF32_ARCHS)]
-        elif source == "flash_attention10":
+        elif source in ("flash_attention10", "flash_attention11"):
             expected += [(source, FP32, TF32_ARCHS), (source, TF32, TF32_ARCHS)]
         elif source in ("softmax_backward6", "softmax_backward7", "softmax_backward8"):
             expected += [(source, (("BLOCK_SIZE", bs),), ARCHS) for bs in BLOCK_SIZES]
@@ -94,8 +94,9 @@ def test_launch_geometry():
             assert launches("flash_attention", defines, name) == \
                 [(fused.THREADS, fused.shared_memory_bytes(name, tf32))]
         assert launches("flash_attention", defines, "flash_backward_preprocess") == [(256, 0)]
-        assert launches("flash_attention10", defines, "flash_backward") == \
-            [(fused.THREADS, fused.shared_memory_bytes("flash_backward", tf32, 10))]
+        for k in (10, 11):
+            assert launches(f"flash_attention{k}", defines, "flash_backward") == \
+                [(fused.THREADS, fused.shared_memory_bytes("flash_backward", tf32, k))]
 
 
 def test_parse_ptxas():

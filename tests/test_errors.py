@@ -602,10 +602,10 @@ def test_compare_tol_must_be_a_number():
 # ------------------------------------------------------------ the command line
 
 @pytest.mark.parametrize("args, message", [
-    pytest.param(["backward", "0"], "attnlab: kernel must be 1-10 (1-8: the softmax-backward "
-                 "kernels, 9-10: the fused backward), got 0", id="cli-kernel"),
-    pytest.param(["backward", "11"], "attnlab: kernel must be 1-10 (1-8: the softmax-backward "
-                 "kernels, 9-10: the fused backward), got 11", id="cli-kernel-11"),
+    pytest.param(["backward", "0"], "attnlab: kernel must be 1-11 (1-8: the softmax-backward "
+                 "kernels, 9-11: the fused backward), got 0", id="cli-kernel"),
+    pytest.param(["backward", "12"], "attnlab: kernel must be 1-11 (1-8: the softmax-backward "
+                 "kernels, 9-11: the fused backward), got 12", id="cli-kernel-12"),
     pytest.param(["backward", "x"], "argument kernel: invalid int value: 'x'", id="cli-kernel-type"),
     pytest.param(["forward", "--T", "1022"], "T must be a multiple of 4", id="cli-t4"),
     pytest.param(["forward", "--C", "770"], "C must be divisible by NH (C=770, NH=12",
