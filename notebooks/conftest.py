@@ -3,7 +3,9 @@ the reason; a notebook whose metadata says ``"attnlab": {"needs_gpu": false}`` (
 CPU reference) runs everywhere, CI included. On a GPU
 that cannot run the fused kernels (notebook 12: too little shared memory per block, or no TF32
 tensor cores), the cells tagged ``attnlab-needs-fused`` (those that run the fused kernels or use
-their results) are skipped, with the reason. On a GPU other than the one the prose was written
+their results) are skipped, with the reason; so are notebook 13's cells tagged
+``attnlab-needs-kernel-10`` on a GPU that cannot run fused kernels 10 and 11 (sm_80 or newer
+with 110 KB of shared memory per block). On a GPU other than the one the prose was written
 from (results/h200: an NVIDIA H200), the claim cells tagged ``attnlab-h200-claims``, which
 check the prose's numbers against the run, are skipped, with the reason."""
 import json
@@ -13,14 +15,16 @@ import pytest
 from attnlab.device import gpu_status
 
 NEEDS_FUSED = "attnlab-needs-fused"
+NEEDS_KERNEL_10 = "attnlab-needs-kernel-10"   # cells that run fused kernels 10 and 11 (notebook 13)
 H200_CLAIMS = "attnlab-h200-claims"   # cells that check the prose against the H200's numbers
 
 
-def _fused_unsupported():
-    """Why this GPU cannot run both fused variants (fp32 and TF32), or None."""
+def _fused_unsupported(kernels=(9,)):
+    """Why this GPU cannot run both variants (fp32 and TF32) of these fused kernels, or None."""
     from attnlab import fused
-    reasons = [r for r in (fused.gpu_unsupported_reason(tf32) for tf32 in (False, True)) if r]
-    return "; ".join(reasons) or None
+    reasons = [r for r in (fused.gpu_unsupported_reason(tf32, k) for k in kernels
+                           for tf32 in (False, True)) if r]
+    return "; ".join(dict.fromkeys(reasons)) or None
 
 
 def needs_gpu(path, _seen={}):
@@ -39,10 +43,12 @@ def pytest_collection_modifyitems(config, items):
             if str(item.path).endswith(".ipynb") and needs_gpu(str(item.path)):
                 item.add_marker(skip)
         return
-    tagged = [item for item in items if NEEDS_FUSED in _tags(item)]
-    why = _fused_unsupported() if tagged else None
-    for item in tagged if why else ():
-        item.add_marker(pytest.mark.skip(reason=f"this GPU cannot run the fused kernels: {why}"))
+    for tag, kernels in ((NEEDS_FUSED, (9,)), (NEEDS_KERNEL_10, (10, 11))):
+        tagged = [item for item in items if tag in _tags(item)]
+        why = _fused_unsupported(kernels) if tagged else None
+        for item in tagged if why else ():
+            item.add_marker(pytest.mark.skip(reason=f"this GPU cannot run fused kernels "
+                                                    f"{'-'.join(map(str, kernels))}: {why}"))
     claims = [item for item in items if H200_CLAIMS in _tags(item)]
     other = _other_gpu() if claims else None
     for item in claims if other else ():

@@ -1,6 +1,6 @@
 """The whole notebook series in one process leaves GPU memory where it started.
 
-All 13 notebooks (notebooks/NN_*.ipynb) run, in order, in ONE Jupyter kernel, as a student
+All 14 notebooks (notebooks/NN_*.ipynb) run, in order, in ONE Jupyter kernel, as a student
 who never restarts the kernel would run them. Before the first and after each notebook the
 kernel clears its namespace (%reset -f), collects garbage and reads the device's free memory.
 
@@ -49,7 +49,7 @@ kernels._module.cache_clear()
 
 
 def test_there_are_13_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(13)]
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(14)]
 
 
 @pytest.mark.gpu
