@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .checks import KERNELS, check_block_size, check_int, check_kernel, check_shape, parse_list
 from .errors import AttnlabError, InputError, NoGPUError
+from .fused import BACKWARD_SOURCES
 from .launch import compiled_per_block_size
 from .problem import DEFAULT, Shape
 from .processes import run as run_process
@@ -86,7 +87,7 @@ def _ceilings(B, T, C, NH):
 
 # The named targets (--extra): name -> (a function that runs each of its kernels once at a
 # shape, untimed, and returns the kernels/*.cu sources it ran; the sources it covers).
-TARGETS = {"fused": (_fused, ("flash_attention", "flash_attention10")),
+TARGETS = {"fused": (_fused, tuple(sorted(set(BACKWARD_SOURCES.values())))),
            "ceilings": (_ceilings, ("ceilings", "l2_flush"))}
 
 
