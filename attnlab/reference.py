@@ -89,3 +89,11 @@ def attention_backward(dout, inp, att, n_head):
     dinp = np.concatenate([merge_heads(g) for g in (dq, dk, dv)], axis=-1)
     _check_finite_result("attention_backward", dinp, inp)
     return dinp, dpreatt, datt
+
+
+def dinp_float64(dout, inp, n_head):
+    """dinp of the backward computed in float64 (forward and backward on upcast inputs): the
+    yardstick the fp32-accurate kernels' errors are measured against."""
+    inp64 = inp.astype(np.float64)
+    _, _, att = attention_forward(inp64, n_head)
+    return attention_backward(dout.astype(np.float64), inp64, att, n_head)[0]

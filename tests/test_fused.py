@@ -220,10 +220,7 @@ def test_3xtf32_is_as_accurate_as_fp32_cuda_cores(shape, request):
     their max |dinp error| is within 2x of kernel 9's fp32 CUDA-core kernel's, on the same
     inputs."""
     problem = request.getfixturevalue(shape)
-    inp64 = problem.inp.astype(np.float64)
-    _, _, att64 = reference.attention_forward(inp64, problem.NH)
-    dinp64 = reference.attention_backward(problem.dout.astype(np.float64), inp64, att64,
-                                          problem.NH)[0]
+    dinp64 = reference.dinp_float64(problem.dout, problem.inp, problem.NH)
     err = {k: np.abs(run_fused(problem, False, k)[1] - dinp64).max() for k in (9, 10, 11)}
     assert 0 < err[10] <= 2 * err[9] and 0 < err[11] <= 2 * err[9], err
 

@@ -135,6 +135,18 @@ def test_float32_close_to_float64():
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+def test_dinp_float64_is_the_backward_on_upcast_inputs():
+    inp, dout, NH = small(2, 16, 24, 3, dtype=np.float64)
+    inp32, dout32 = inp.astype(np.float32), dout.astype(np.float32)
+    got = reference.dinp_float64(dout32, inp32, NH)
+    assert got.dtype == np.float64
+    i64 = inp32.astype(np.float64)
+    att = reference.attention_forward(i64, NH)[2]
+    assert np.array_equal(got, reference.attention_backward(dout32.astype(np.float64), i64, att, NH)[0])
+    d32 = reference.attention_backward(dout32, inp32, reference.attention_forward(inp32, NH)[2], NH)[0]
+    assert 0 < np.abs(d32 - got).max() < 1e-4        # float32 rounds; float64 is the yardstick
+
+
 @pytest.mark.parametrize("bad, match", [
     (np.zeros((2, 4, 18), np.int32), "dtype"),
     (np.zeros((2, 4, 18), np.float16), "dtype"),
