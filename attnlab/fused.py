@@ -143,12 +143,12 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
     kernel 11: one block per 128 keys, which also adds dQ)."""
     BH, nt = B * NH, n_tiles(T)
-    own = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
+    per_head = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
     return {
         "flash_forward": ((BH, nt, 1), (THREADS, 1, 1), shared_memory_bytes("flash_forward", tf32)),
         "flash_backward_preprocess": ((ceil_div(BH * T, PREPROCESS_ROWS), 1, 1),
                                       (PREPROCESS_THREADS, 1, 1), 0),
-        "flash_backward": ((BH, own, 1), (THREADS, 1, 1),
+        "flash_backward": ((BH, per_head, 1), (THREADS, 1, 1),
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
 
