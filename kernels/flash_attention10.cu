@@ -19,7 +19,8 @@
 //     could not hide: ncu's top stall there was "wait", the fixed latency of dependent mma).
 // The cost: the accumulators double (dQ: 64 registers; dK and dV: 64 each), so 2 blocks of 128
 // threads fit per SM instead of 3, and dK/dV blocks take their query tile 16 queries at a time
-// (P^T and dS^T: 16 registers each) to stay under 255 registers without spilling.
+// (P^T and dS^T: 16 registers each) to stay under 255 registers: the TF32 build does not
+// spill; the 3xTF32 build, holding split operands, spills a few values, reloaded once per tile.
 //
 // CAUSAL SKIP at warp granularity: a warp skips a slice of the other tile whose keys all lie
 // after all of its queries (every P there is 0); the diagonal 128 x 64 tiles are otherwise

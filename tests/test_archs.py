@@ -32,9 +32,10 @@ SHARED_MEMORY_TOO_BIG = {("flash_attention", FP32, "sm_75", "flash_forward"),
                          ("flash_attention", FP32, "sm_75", "flash_backward")} | {
     (source, defines, arch, "flash_backward") for source in ("flash_attention10", "flash_attention11")
     for defines in (FP32, TF32) for arch in ("sm_86", "sm_89")}
-# Kernels 10's and 11's 3xTF32 variants hold split operands next to 128 accumulator registers and spills
-# a few bytes at 255 registers: stored before the tile loop and reloaded once per tile, outside
-# the mma loops (its header says so). {(source, defines): most spill bytes allowed}
+# Kernels 10's and 11's 3xTF32 variants hold split operands next to 128 accumulator registers
+# and spill a few bytes at 255 registers (kernel 10: reloaded once per tile; kernel 11: a few
+# loads and stores per 16-query slice, between its products; notebook 13 says so).
+# {(source, defines): most spill bytes allowed}
 KNOWN_SPILLS = {("flash_attention10", FP32): 128, ("flash_attention11", FP32): 160}
 
 
