@@ -36,6 +36,9 @@ def _kernel_dir():
 
 KERNEL_DIR = _kernel_dir()
 NVCC_OPTIONS = ("-O3", "--use_fast_math")
+# Sources that use instructions of one architecture only (wgmma: sm_90a), compiled for the
+# device's architecture-specific target, which runs on that architecture and no other.
+ARCH_SPECIFIC = ("wgmma_check", "flash_attention12")
 
 
 def kernel_path(name):
@@ -110,10 +113,11 @@ def kernel_names(source):
     return _KERNEL_DECL.findall(source)
 
 
-def compile_source(source, filename="kernel.cu", defines=(), options=()):
+def compile_source(source, filename="kernel.cu", defines=(), options=(), specific=False):
     """Compile CUDA source with SourceModule for this GPU; return the module.
 
-    ``options`` are extra nvcc options (e.g. ``["-lineinfo"]`` for compute-sanitizer).
+    ``options`` are extra nvcc options (e.g. ``["-lineinfo"]`` for compute-sanitizer);
+    ``specific``: for the architecture-specific target (sm_90a on sm_90).
     Compile errors raise KernelCompileError with nvcc's message, lines numbered as
     in ``source`` and the file called ``filename``.
     """
@@ -125,7 +129,8 @@ def compile_source(source, filename="kernel.cu", defines=(), options=()):
     from pycuda.driver import CompileError
     try:
         return SourceModule(with_line(source, filename), options=nvcc_options(defines, options),
-                            no_extern_c=True, arch=arch(), include_dirs=[str(KERNEL_DIR)])
+                            no_extern_c=True, arch=arch() + ("a" if specific else ""),
+                            include_dirs=[str(KERNEL_DIR)])
     except CompileError as e:
         raise KernelCompileError(format_nvcc_error(filename, e.stderr or str(e))) from None
 
@@ -133,7 +138,7 @@ def compile_source(source, filename="kernel.cu", defines=(), options=()):
 @functools.lru_cache(maxsize=None)
 def _module(name, defines):
     path = kernel_path(name)
-    return compile_source(path.read_text(), str(path), defines)
+    return compile_source(path.read_text(), str(path), defines, specific=name in ARCH_SPECIFIC)
 
 
 def load(name, **defines):
