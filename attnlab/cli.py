@@ -107,7 +107,7 @@ def info():
 
 
 def run(args):
-    """forward, backward 1-8 or backward 9-11 (fused): validate, then time; returns
+    """forward, backward 1-8 or backward 9-12 (fused): validate, then time; returns
     (result dict, {name: Report}, exit status)."""
     if args.command == "backward" and check_backward_kernel(args.kernel) in FUSED_KERNELS:
         return _run_fused(args)
@@ -159,9 +159,9 @@ def _run_pipeline(args):
 
 
 def _run_fused(args):
-    """``backward 9``, ``10`` or ``11``: the fused kernels (attnlab.fused) with that backward,
-    validated on out and dinp, then the backward timed; --tf32 selects the TF32 variant. They
-    have one block size (fused.THREADS), so --block-sizes is not used."""
+    """``backward 9``-``12``: the fused kernels (attnlab.fused) with that backward, validated
+    on out and dinp, then the backward timed; --tf32 selects the TF32 variant (kernel 12 has
+    no other). Each has one block size (fused.BACKWARD_THREADS), so --block-sizes is not used."""
     from . import bench, fused
     from .device import device_info
     from .problem import make_problem
@@ -169,8 +169,8 @@ def _run_fused(args):
     repeats = check_int("--repeats", args.repeats)
     warmup = check_int("--warmup", args.warmup, minimum=0)
     check_int("--seed", args.seed, minimum=0)
-    tf32 = fused.check_tf32(bool(args.tf32))
     kernel = args.kernel
+    tf32 = fused.check_precision(bool(args.tf32), kernel)
     fused.check_supported(tf32, kernel)
     device = device_info()
     math = "tf32" if tf32 else "fp32"
@@ -187,14 +187,14 @@ def _run_fused(args):
                                    fused.FUSED_TOLERANCES[math][name])
             _progress(checks[name].detail())
         if all(r.ok for r in checks.values()):
-            timings[fused.THREADS] = bench.benchmark(
+            timings[fused.BACKWARD_THREADS[kernel]] = bench.benchmark(
                 lambda: fused.fused_backward(buf, tf32, kernel), repeats=repeats, warmup=warmup)
     return _result(args, device, kernel, math, checks, timings, warmup=warmup, fused=True,
                    memory_bytes=fused.fused_bytes_needed(B, T, C, NH))
 
 
 def _result(args, device, kernel, math, checks, timings, **extra):
-    """The JSON result of forward and backward 1-11, with its reports and exit status."""
+    """The JSON result of forward and backward 1-12, with its reports and exit status."""
     from .bench import best
     ok = all(r.ok for r in checks.values())
     result = {

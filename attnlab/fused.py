@@ -23,9 +23,9 @@ import sys
 import numpy as np
 
 from . import kernels
-from .buffers import DeviceBuffers, qkv_pointers
+from .buffers import DeviceBuffers, check_fits, qkv_pointers
 from .checks import check_array, check_qkv, check_shape, check_tf32
-from .device import context
+from .device import context, free_memory
 from .errors import InputError, SetupError, UnsupportedGPUError
 from .launch import ceil_div, elementwise_launch
 
@@ -35,11 +35,21 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
 # later one is its own file with the same flash_backward signature (the forward and the
 # preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
-# DETERMINISTIC: bit-identical results run after run (kernel 11 adds dQ with atomics).
-BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11"}
+# DETERMINISTIC: bit-identical results run after run (kernels 11 and 12 add dQ with atomics).
+# BACKWARD_THREADS: threads per backward block. Kernel 12 runs on Hopper's wgmma (sm_90 only,
+# built for sm_90a: kernels.ARCH_SPECIFIC) and in TF32 only (TF32_ONLY).
+# TILED: kernels that read Q and dO as ready-made tiles (query_tiles), which their source's
+# flash_backward_prep writes first (with D, from dout as it lies); their flash_backward writes
+# dinp directly, so do and dqkvr are not written.
+BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
+                    12: "flash_attention12", 13: "flash_attention13"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128}
-DETERMINISTIC = {9: True, 10: True, 11: False}
+OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128}
+DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False}
+BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256}
+WGMMA_KERNELS = (12, 13)
+TF32_ONLY = (12, 13)
+TILED = (13,)
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -111,7 +121,9 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     and D of one query tile. Kernel 9's fp32 variant adds a per-warp scratch for P and dS (16
     rows, padded by 4 floats): 64 wide in the forward, 32 in the backward (half tiles). Kernel
     10's own tiles are 128 rows, the others 64, and it keeps lse and D of 128 rows; kernel 11
-    owns 128 keys, takes 32 queries at a time and keeps their dS^T (128 x 40 floats).
+    owns 128 keys, takes 32 queries at a time and keeps their dS^T (128 x 40 floats); kernel 12
+    keeps K, V and K^T of 128 keys, Q, dO and their transposes of 64 queries, and dS (64 x 128),
+    unpadded (wgmma's layout).
     """
     tf32 = check_tf32(tf32)
     check_fused_kernel(version)
@@ -122,6 +134,9 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version == 10:
         own = OWN_ROWS[version]
         floats = 2 * (own + TILE) * (TILE_FLOATS // TILE) + 2 * own
+    elif kernel == "flash_backward" and version in WGMMA_KERNELS:
+        own, other = OWN_ROWS[version], TILE
+        floats = 3 * own * HEAD_SIZES[0] + 4 * other * HEAD_SIZES[0] + other * own + 2 * other
     elif kernel == "flash_backward":    # 11: sK, sV; sQ, sdO of 32 rows; lse, D; dS^T
         own, other = OWN_ROWS[version], TILE // 2
         floats = 2 * (own + other) * (TILE_FLOATS // TILE) + 2 * other + own * (other + 8)
@@ -138,19 +153,30 @@ def check_fused_kernel(version):
     return version
 
 
+def check_precision(tf32, version):
+    """tf32 as check_tf32, and one that fused backward kernel ``version`` runs in."""
+    if check_fused_kernel(version) in TF32_ONLY and not check_tf32(tf32):
+        raise InputError(f"tf32=False: fused backward kernel {version} runs in TF32 only "
+                         f"(tf32=True, --tf32); for fp32 accuracy use kernel 11 (3xTF32)")
+    return check_tf32(tf32)
+
+
 def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
-    kernel 11: one block per 128 keys, which also adds dQ)."""
+    kernel 11: one block per 128 keys, which also adds dQ; kernel 13 adds flash_backward_prep)."""
     BH, nt = B * NH, n_tiles(T)
     per_head = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
-    return {
+    launch = {
         "flash_forward": ((BH, nt, 1), (THREADS, 1, 1), shared_memory_bytes("flash_forward", tf32)),
         "flash_backward_preprocess": ((ceil_div(BH * T, PREPROCESS_ROWS), 1, 1),
                                       (PREPROCESS_THREADS, 1, 1), 0),
-        "flash_backward": ((BH, per_head, 1), (THREADS, 1, 1),
+        "flash_backward": ((BH, per_head, 1), (BACKWARD_THREADS[version], 1, 1),
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
+    if version in TILED:   # one block per 64-query tile
+        launch["flash_backward_prep"] = ((BH, nt, 1), (BACKWARD_THREADS[version], 1, 1), 0)
+    return launch
 
 
 def fused_buffer_shapes(B, T, C, NH, backward=True):
@@ -158,6 +184,17 @@ def fused_buffer_shapes(B, T, C, NH, backward=True):
     dims = {"B": B, "T": T, "C": C, "3C": 3 * C, "NH": NH, "HS": C // NH, "3": 3}
     return {n: tuple(dims[d] for d in spec.split()) for n, spec in FUSED_BUFFERS.items()
             if backward or n in FORWARD_ONLY}
+
+
+def query_tiles_shape(B, T, NH):
+    """The query tiles of the TILED kernels: per (b, h) and tile of 64 queries, Q and dO in
+    the four layouts of kernels/flash_attention13.cu (64 x 64 floats each)."""
+    return (B * NH, n_tiles(T), 4 * TILE * HEAD_SIZES[0])
+
+
+def extra_bytes_needed(B, T, NH, kernel):
+    """GPU bytes a backward kernel needs on top of fused_bytes_needed: its query tiles (TILED)."""
+    return 4 * int(np.prod(query_tiles_shape(B, T, NH))) if kernel in TILED else 0
 
 
 def fused_bytes_needed(B, T, C, NH, backward=True):
@@ -169,7 +206,11 @@ def unsupported_reason(tf32, compute_capability, shared_per_block_optin, version
     """Why the fused kernels (with backward kernel ``version``) cannot run on a GPU of this
     compute capability (major, minor) and opt-in shared memory per block, or None when they can."""
     arch = "sm_{}{}".format(*compute_capability)
-    if check_fused_kernel(version) != FUSED_KERNEL and tuple(compute_capability) < (8, 0):
+    if check_fused_kernel(version) in WGMMA_KERNELS and tuple(compute_capability) != (9, 0):
+        return (f"fused backward kernel {version} runs on Hopper's warpgroup MMA (wgmma), which "
+                f"only compute capability 9.0 has (sm_90a); this GPU is {arch}: use kernel 11, "
+                f"or kernel {FUSED_KERNEL}")
+    if version != FUSED_KERNEL and tuple(compute_capability) < (8, 0):
         return (f"fused backward kernel {version} runs on TF32 tensor cores in both precisions "
                 f"(compute capability 8.0 or newer); this GPU is {arch}: use kernel "
                 f"{FUSED_KERNEL}")
@@ -220,6 +261,18 @@ class FusedBuffers(DeviceBuffers):
         self._allocate(fused_buffer_shapes(B, T, C, NH, backward),
                        f"fused attention at B={B} T={T} C={C} NH={NH} (all O(T), no T*T buffer)")
 
+    def query_tiles(self):
+        """The query tiles of the TILED backward kernels (query_tiles_shape), allocated on the
+        first call (after checking they fit) and freed with the other buffers."""
+        self._array("dinp")     # raises if these buffers were freed
+        if "tiles" not in self.arrays:
+            import pycuda.gpuarray as gpuarray
+            shape = query_tiles_shape(self.B, self.T, self.NH)
+            check_fits(extra_bytes_needed(self.B, self.T, self.NH, 13), *free_memory(),
+                       what=f"fused kernel 13's query tiles at B={self.B} T={self.T} NH={self.NH}")
+            self.arrays["tiles"] = gpuarray.empty(shape, np.float32)
+        return self.arrays["tiles"]
+
 
 # ---------------------------------------------------------------------------------------------
 # Kernels
@@ -231,6 +284,8 @@ ARG_FORMATS = {
     "flash_forward": "PPPPPif",                 # o, lse, q, k, v, T, scale
     "flash_backward_preprocess": "PPPi",        # D, o, do, rows
     "flash_backward": "PPPPPPPPPif",            # dq, dk, dv, q, k, v, do, lse, D, T, scale
+    "flash_backward_tiled": "PPPPPPiif",        # dinp, tiles, k, v, lse, D, T, NH, scale
+    "flash_backward_prep": "PPPPPii",           # tiles, D, q, dout, o, T, NH
     "permute_kernel": "PPPPiiii",               # q, k, v, inp, B, T, NH, HS
     "unpermute_kernel": "PPiiii",               # vaccum, out, B, T, NH, HS
     "unpermute_backward_kernel": "PPiiii",      # dinp, dout, B, T, NH, HS
@@ -249,9 +304,11 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
         fn.prepare(ARG_FORMATS[name])
         return fn
     check_supported(tf32, version)
-    source = BACKWARD_SOURCES[version] if name == "flash_backward" else SOURCE
+    backward = name in ("flash_backward", "flash_backward_prep")
+    source = BACKWARD_SOURCES[version] if backward else SOURCE
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
-    fn.prepare(ARG_FORMATS[name])
+    fn.prepare(ARG_FORMATS["flash_backward_tiled" if name == "flash_backward" and version in TILED
+                           else name])
     if name in ("flash_forward", "flash_backward"):
         need = shared_memory_bytes(name, tf32, version)
         if need > 48 * 1024:
@@ -294,34 +351,44 @@ def fused_forward(buf, tf32=False):
 
 def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (one of
-    FUSED_KERNELS): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp."""
-    tf32 = check_tf32(tf32)
-    check_fused_kernel(kernel)
+    FUSED_KERNELS): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp (TILED kernels: the
+    query tiles, D and dinp)."""
+    tf32 = check_precision(tf32, kernel)
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
-    dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
     o, do, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "do", "lse", "D"))
+    dout, dinp = int(buf.dout.gpudata), int(buf.dinp.gpudata)
     dims = (B, T, NH, HS)
     launch = fused_launch(B, T, NH, tf32, kernel)
-    _permute("unpermute_backward_kernel", B * T * C, do, int(buf.dout.gpudata), *dims)
-    grid, block, _ = launch["flash_backward_preprocess"]
-    _function("flash_backward_preprocess", tf32).prepared_call(grid, block, D, o, do, B * NH * T)
     grid, block, shared = launch["flash_backward"]
+    if kernel in TILED:
+        import pycuda.driver as cuda
+        tiles = int(buf.query_tiles().gpudata)
+        cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)   # dinp's dq columns: added with atomics
+        pgrid, pblock, _ = launch["flash_backward_prep"]
+        _function("flash_backward_prep", tf32, kernel).prepared_call(
+            pgrid, pblock, tiles, D, q, dout, o, T, NH)
+        _function("flash_backward", tf32, kernel).prepared_call(
+            grid, block, dinp, tiles, k, v, lse, D, T, NH, _scale(HS), shared_size=shared)
+        return
+    dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
+    _permute("unpermute_backward_kernel", B * T * C, do, dout, *dims)
+    pgrid, pblock, _ = launch["flash_backward_preprocess"]
+    _function("flash_backward_preprocess", tf32).prepared_call(pgrid, pblock, D, o, do, B * NH * T)
     if not DETERMINISTIC[kernel]:         # it adds dQ into dq with atomics
         import pycuda.driver as cuda
         cuda.memset_d32(dq, 0, B * NH * T * HS)
     _function("flash_backward", tf32, kernel).prepared_call(
         grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared)
-    _permute("permute_backward_kernel", B * T * C, int(buf.dinp.gpudata), dq, dk, dv, *dims)
+    _permute("permute_backward_kernel", B * T * C, dinp, dq, dk, dv, *dims)
 
 
 def _checked_inputs(inp, n_head, tf32, kernel=FUSED_KERNEL):
     B, T, C, NH = check_qkv(inp, n_head)
     check_fused_shape(B, T, C, NH)
-    check_tf32(tf32)
-    check_fused_kernel(kernel)
+    check_precision(tf32, kernel)
     return B, T, C, NH
 
 
@@ -365,7 +432,7 @@ def sanitize_steps(B, T, C, NH):
     inp, dout = make_inputs(B, T, C, NH, seed=0)
     variants = []
     for kernel in FUSED_KERNELS:
-        for tf32 in (False, True):
+        for tf32 in (True,) if kernel in TF32_ONLY else (False, True):
             why = gpu_unsupported_reason(tf32, kernel)
             if why:
                 print(f"attnlab.fused: kernel {kernel} not run under the sanitizer: {why}",

@@ -35,12 +35,13 @@ from attnlab.validate import compare
 # 3xTF32 (fp32-accurate on tensor cores); "tf32" one TF32 product.
 METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
            ("k10 fp32", 10, False), ("k10 tf32", 10, True),
-           ("k11 fp32", 11, False), ("k11 tf32", 11, True))
+           ("k11 fp32", 11, False), ("k11 tf32", 11, True), ("k12 tf32", 12, True),
+           ("k13 tf32", 13, True))
 # Tensor-core flops a method executes per counted flop: the deterministic kernels do 7 tile
 # products where the count (FlashAttention's) has 5 (S and dP again in the dQ blocks), and
 # 3xTF32 does 3 mma per product. None: CUDA cores.
 EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / 5, "k10 fp32": 3 * 7 / 5,
-                        "k10 tf32": 7 / 5, "k11 fp32": 3.0, "k11 tf32": 1.0}
+                        "k10 tf32": 7 / 5, "k11 fp32": 3.0, "k11 tf32": 1.0, "k12 tf32": 1.0, "k13 tf32": 1.0}
 TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
 
 
@@ -87,7 +88,7 @@ def evidence(kernel, tf32):
     dev, D = cuda.Device(0), cuda.device_attribute
     # registers are allocated per warp in units of 256 (8 per thread)
     by_regs = dev.get_attribute(D.MAX_REGISTERS_PER_MULTIPROCESSOR) // (
-        fused.THREADS * ((regs + 7) // 8 * 8))
+        fused.BACKWARD_THREADS[kernel] * ((regs + 7) // 8 * 8))
     by_smem = dev.get_attribute(D.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR) // (smem + 1024)
     return {"registers": regs, "local_bytes": fn.get_attribute(A.LOCAL_SIZE_BYTES),
             "dynamic_shared_bytes": smem, "blocks_per_sm_registers": by_regs,

@@ -10,6 +10,10 @@
   fused10 tf32  the same with one TF32 product (after kernel 9's TF32 forward)
   fused11 fp32/tf32  fused backward kernel 11 (kernels/flash_attention11.cu): kernel 10 with dQ
               added by atomics, not bit-identical run to run
+  fused12 tf32  fused backward kernel 12 (kernels/flash_attention12.cu): kernel 11 on Hopper's
+              warpgroup MMA (wgmma, sm_90 only, TF32 only)
+  fused13 tf32  fused backward kernel 13 (kernels/flash_attention13.cu): kernel 12 with ready-made
+              query tiles, conflict-free dS stores, float4 atomics, no permutes
   torch       torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) on fp32
               inputs, its backward (torch is only needed here, not by attnlab)
 
@@ -47,7 +51,8 @@ from attnlab.errors import AttnlabError, GPUMemoryError, InputError
 # fused methods: name -> (fused backward kernel, tf32)
 FUSED_METHODS = {"fused fp32": (9, False), "fused tf32": (9, True),
                  "fused10 fp32": (10, False), "fused10 tf32": (10, True),
-                 "fused11 fp32": (11, False), "fused11 tf32": (11, True)}
+                 "fused11 fp32": (11, False), "fused11 tf32": (11, True),
+                 "fused12 tf32": (12, True), "fused13 tf32": (13, True)}
 METHODS = ("k8 fp32", "k8 tf32", *FUSED_METHODS, "torch")
 K8_BLOCK_SIZE = 256
 WARMUP = 2
@@ -110,8 +115,8 @@ def run_k8(inp, dout, B, T, C, NH, repeats):
 
 
 def run_fused(inp, dout, B, T, C, NH, repeats):
-    """The fused backward kernels 9 and 10, fp32 and TF32; also returns their dinp for the
-    cross-check."""
+    """The fused backward kernels of FUSED_METHODS (those this GPU runs); also returns their
+    dinp for the cross-check."""
     need = fused.fused_bytes_needed(B, T, C, NH)
     res, dinps = {}, {}
     free_before = free_memory()[0]
@@ -126,6 +131,10 @@ def run_fused(inp, dout, B, T, C, NH, repeats):
         buf.set("inp", inp)
         buf.set("dout", dout)
         for name, (kernel, tf32) in FUSED_METHODS.items():
+            why = fused.gpu_unsupported_reason(tf32, kernel)
+            if why:
+                res[name] = {"status": "unsupported", "reason": why}
+                continue
             t0 = time.perf_counter()
             fused.fused_forward(buf, tf32)
             fused.fused_backward(buf, tf32, kernel)
@@ -134,7 +143,8 @@ def run_fused(inp, dout, B, T, C, NH, repeats):
             fused.fused_forward(buf, tf32)
             t = bench.benchmark(lambda: fused.fused_backward(buf, tf32, kernel),
                                 repeats=repeats, warmup=WARMUP)
-            res[name] = dict(status="ok", buffer_bytes=need, measured_bytes=measured,
+            res[name] = dict(status="ok", buffer_bytes=need + fused.extra_bytes_needed(B, T, NH, kernel),
+                             measured_bytes=measured,
                              forward_median_ms=forward.median_ms,
                              tflops=counts.fused_flops(B, T, NH, C // NH) / t.median_ms / 1e9,
                              **timing_dict(t))
@@ -263,7 +273,7 @@ def targets(report):
             lines.append(f"T={T}: fused tf32 / torch = {a / b:.2f} (target <= 1.5): "
                          f"{'PASS' if a / b <= 1.5 else 'FAIL'}")
     # issue #14's targets for the Hopper-speed kernels
-    for m in ("fused10 tf32", "fused11 tf32"):
+    for m in ("fused10 tf32", "fused11 tf32", "fused12 tf32", "fused13 tf32"):
         a = ms(1024, m)
         if a:
             lines.append(f"T=1024: {m} {a:.3f} ms (target <= 0.17 ms): "
