@@ -3,13 +3,15 @@
 against numpy, then measure its rate next to mma.sync's (ceilings.mma_tf32_rate) -- the roof of
 fused backward kernel 12.
 
-    python benchmarks/wgmma_rate.py            # sm_90 only (the sm_90a target)
+    python benchmarks/wgmma_rate.py [--json FILE]   # sm_90 only (the sm_90a target)
 
 The check multiplies two 64 x 64 matrices of TF32 values three ways (A from shared memory, A
 from registers, and N = 32 from the second half of B) and prints the largest difference from
 numpy's float64 product. The rate: 16 blocks per SM, each one warpgroup running WGMMA_TILES
 64 x 64 x 64 products (8 wgmma m64n64k8 each) into one accumulator.
 """
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -59,7 +61,10 @@ def rate(from_registers):
     return flops / t.median_ms / 1e9, flops / q3 / 1e9, flops / q1 / 1e9
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
     context()
     d = device_info()
     if d["arch"] != "sm_90":
@@ -68,12 +73,17 @@ def main():
     errors = check()
     print("wgmma check, max |gpu - float64| over 64 x 64: "
           + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
+    report = {"device": d["name"], "check_max_abs_err": errors, "wgmma_tflops": {}}
     for from_registers in (0, 1):
         med, lo, hi = rate(from_registers)
-        print(f"wgmma m64n64k8 TF32, A from {'registers' if from_registers else 'shared memory'}: "
-              f"{med:.1f} TFLOP/s (IQR {lo:.1f}-{hi:.1f})")
+        where = "registers" if from_registers else "shared memory"
+        report["wgmma_tflops"][where] = {"median": med, "from_q3": lo, "to_q1": hi}
+        print(f"wgmma m64n64k8 TF32, A from {where}: {med:.1f} TFLOP/s (IQR {lo:.1f}-{hi:.1f})")
     mma = ceilings.mma_tf32_rate()
+    report["mma_sync_tflops"] = {k: mma[k] / 1e12 for k in ("median", "from_q3", "to_q1")}
     print(f"mma.sync m16n8k8 TF32: {mma['median'] / 1e12:.1f} TFLOP/s, in the same run")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
     return 0 if max(errors.values()) < 1e-3 else 1
 
 
