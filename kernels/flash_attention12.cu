@@ -13,13 +13,18 @@
 //   dQ   = dS K           64 queries x 32 dims (warpgroup w: dims 32w ..), over all 128 keys,
 //                         A = dS, B = K transposed; added to dq with atomicAdd, as kernel 11.
 //
-// WHY IT IS FASTER. Kernels 9-11 are bound by shared-memory bytes per mma (notebook 13): each
-// warp's mma.sync reads its own copy of every B fragment. A wgmma reads B once for the 64 rows
-// of a warpgroup, and A too when it comes from shared memory, so the bytes per multiply-add fall
-// by half or more; and the instruction is asynchronous: 8 wgmma (a 64 x 64 x 64 product) issue
-// back to back and run while the warps wait, without the registers and issue slots of 64
-// mma.sync per warp. Measured (benchmarks/wgmma_rate.py, H200): 440-449 TFLOP/s against
-// mma.sync's 307.
+// WHY IT SHOULD BE FASTER. Kernels 9-11 are bound by shared-memory bytes per mma (notebook 13):
+// each warp's mma.sync reads its own copy of every B fragment. A wgmma reads B once for the 64
+// rows of a warpgroup, and A too when it comes from shared memory, so the bytes per multiply-add
+// fall by more than half; and the instruction is asynchronous: 8 wgmma (a 64 x 64 x 64 product)
+// issue back to back and run while the warps wait, without the registers and issue slots of 64
+// mma.sync per warp. Its roof (benchmarks/wgmma_rate.py, H200): 442 TFLOP/s with A from shared
+// memory, 455 from registers, against mma.sync's 305.
+//
+// MEASURED: no faster than kernel 11 (notebook 13). With one block of 8 warps per SM every step
+// of a tile waits for the one before, and the work around the products -- the transposed
+// stores, the dS stores, the atomics -- takes the time the products gave back. Kernel 13
+// removes it.
 //
 // WHAT IT COSTS. TF32 wgmma wants both operands K-major (the K index contiguous), with no
 // transposed variant: S^T = K Q^T reads Q as it is stored, but dV = P^T dO and dK = dS^T Q reduce

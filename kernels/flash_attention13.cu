@@ -3,11 +3,12 @@
 // and dQ is added with a quarter of the atomic instructions; and without the pipeline's permutes.
 //
 // WHAT CHANGED from kernel 12 (flash_attention12.cu), and why it is faster. Kernel 12's wgmma
-// run at 1.5x mma.sync's rate, yet it took kernel 11's time: with one block of 8 warps per SM
+// run at 1.45x mma.sync's rate, yet it took kernel 11's time: with one block of 8 warps per SM
 // (197 KB of shared memory) every step of a tile waits for the one before, and three of them
-// cost more than the products. Removing each in turn from kernel 12 (wrong results, honest
-// times; notebook 13) measured, at T=16384: the transposed stores of Q and dO 3.3 ms, the stores
-// of dS 4.8 ms, the atomics 5.7 ms, of 34.3 ms. So:
+// cost more than the products. Removing each in turn from kernel 12's flash_backward (wrong
+// results, honest times: benchmarks/fused_k12_costs.py, notebook 13) saved, at T=16384: the
+// transposed stores of Q and dO 3.5 ms, the stores of dS 4.9 ms, the atomics 5.8 ms, of 34.3 ms.
+// So:
 //   1. A small kernel before it, flash_backward_prep, writes each 64-query tile of Q and dO in
 //      the four layouts the products read (Q and dO K-major, and transposed with the queries at
 //      kpos), rounded to TF32, as one contiguous 64 KB block in global memory. The backward
@@ -20,13 +21,12 @@
 //   3. dQ: lanes t and t^1 swap half of their results (two shuffles) so that each holds 4
 //      consecutive dims of one row, and add them with one 16-byte atomicAdd (sm_90's float4
 //      atomicAdd, a vector RED): 4 atomic instructions per thread and tile instead of 16.
-//
 //   4. The pipeline around it (attnlab/fused.py) had four more kernels: dout to (B, NH, T, HS),
-//      D = rowsum(dO o O), zeroing dq, and dq, dk, dv back into dinp (B, T, 3C) -- 58 us of the
-//      0.24 ms backward at T=1024. flash_backward_prep reads dO from dout where it lies (row
-//      b*T + t, columns h*HS ..: 256 contiguous bytes, as good as a permuted copy) and computes
-//      D on the way; flash_backward writes dK and dV, and adds dQ, straight into dinp (rows of
-//      3C floats). What is left is a 2D memset of dinp's dq columns.
+//      D = rowsum(dO o O), zeroing dq, and dq, dk, dv back into dinp (B, T, 3C) -- about
+//      0.05 ms of kernel 12's 0.24 ms backward at T=1024. flash_backward_prep reads dO from
+//      dout where it lies (row b*T + t, columns h*HS ..: 256 contiguous bytes, as good as a
+//      permuted copy) and computes D on the way; flash_backward writes dK and dV, and adds dQ,
+//      straight into dinp (rows of 3C floats). What is left is a 2D memset of dinp's dq columns.
 //
 // The products, the layouts and the precision are kernel 12's (TF32 only; not bit-identical:
 // dq's atomics).
