@@ -13,11 +13,15 @@ from pathlib import Path
 
 from .checks import BLOCK_SIZES
 from .errors import InputError, KernelCompileError
-from .kernels import KERNEL_DIR, format_nvcc_error, nvcc_options, require_nvcc, with_line
+from .kernels import (ARCH_SPECIFIC, KERNEL_DIR, format_nvcc_error, nvcc_options, require_nvcc,
+                      with_line)
 
 # T4, A100, RTX 30xx/A10, RTX 40xx/L4, H100/H200
 ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 TF32_ARCHS = tuple(a for a in ARCHS if int(a[3:]) >= 80)     # flash_attention.cu with TF32=1
+# The architecture-specific target the sources of kernels.ARCH_SPECIFIC (wgmma) are built for:
+# it runs on sm_90 (H100/H200) only, whose limits it has (hardware()).
+SPECIFIC_ARCHS = ("sm_90a",)
 
 KB = 1024
 REGISTER_ALLOCATION_UNIT = 256   # registers are allocated per warp in units of 256 (all five)
@@ -48,6 +52,11 @@ LIMITS = {
 }
 
 
+def hardware(arch):
+    """The architecture of LIMITS that ``arch`` runs on: sm_90a (architecture-specific) is sm_90."""
+    return re.sub(r"(?<=\d)a$", "", arch)
+
+
 @dataclass(frozen=True)
 class KernelReport:
     """What ptxas -v reports for one kernel on one architecture (sizes in bytes)."""
@@ -62,8 +71,9 @@ class KernelReport:
 
 def _check_archs(archs):
     archs = tuple(archs)
-    if not archs or not all(isinstance(a, str) and re.fullmatch(r"sm_\d{2,3}", a) for a in archs):
-        raise InputError(f"archs must name GPU architectures like 'sm_90', got {archs!r}")
+    if not archs or not all(isinstance(a, str) and re.fullmatch(r"sm_\d{2,3}a?", a) for a in archs):
+        raise InputError(f"archs must name GPU architectures like 'sm_90' or 'sm_90a', got "
+                         f"{archs!r}")
     return archs
 
 
@@ -137,9 +147,9 @@ def registers_per_block(registers, threads):
 def violations(kernel, arch, threads, dynamic_shared=0):
     """Why a launch of ``kernel`` (a KernelReport) with ``threads`` per block and
     ``dynamic_shared`` bytes would not fit ``arch``: readable strings, [] when it fits."""
-    if arch not in LIMITS:
-        raise InputError(f"arch must be one of {list(LIMITS)}, got {arch!r}")
-    lim = LIMITS[arch]
+    if not isinstance(arch, str) or hardware(arch) not in LIMITS:
+        raise InputError(f"arch must be one of {list(LIMITS)} (or sm_90a), got {arch!r}")
+    lim = LIMITS[hardware(arch)]
     out = []
     if threads > lim.max_threads_per_block:
         out.append(f"{threads} threads > {lim.max_threads_per_block} per block")
@@ -164,35 +174,47 @@ def violations(kernel, arch, threads, dynamic_shared=0):
 def builds():
     """(source, defines, archs) for every way a kernels/*.cu is compiled at run time: kernels
     6-8 once per block size (-DBLOCK_SIZE), flash_attention with TF32=0 and (sm_80+) TF32=1,
-    the later fused backward kernels (tensor cores in both precisions) with both on sm_80+."""
+    the later fused backward kernels (tensor cores) on sm_80+ in each precision they have
+    (fused.TF32_ONLY: TF32=1 only); the sources of kernels.ARCH_SPECIFIC for sm_90a only."""
     from . import fused
     from .launch import block_size_defines
+    version = {s: k for k, s in fused.BACKWARD_SOURCES.items()}
     out = []
     for source in sorted(p.stem for p in KERNEL_DIR.glob("*.cu")):
+        specific = source in ARCH_SPECIFIC
         if source == fused.SOURCE:
             out += [(source, (("HEAD_SIZE", 64), ("TF32", tf32)), archs)
                     for tf32, archs in ((0, ARCHS), (1, TF32_ARCHS))]
-        elif source in fused.BACKWARD_SOURCES.values():
-            out += [(source, (("HEAD_SIZE", 64), ("TF32", tf32)), TF32_ARCHS) for tf32 in (0, 1)]
+        elif source in version:
+            out += [(source, (("HEAD_SIZE", 64), ("TF32", tf32)),
+                     SPECIFIC_ARCHS if specific else TF32_ARCHS)
+                    for tf32 in ((1,) if version[source] in fused.TF32_ONLY else (0, 1))]
         elif re.fullmatch(r"softmax_backward\d+", source):
             k = int(source[len("softmax_backward"):])
             variants = {tuple(sorted(block_size_defines(k, bs).items())) for bs in BLOCK_SIZES}
             out += [(source, defines, ARCHS) for defines in sorted(variants)]
         else:
-            out.append((source, (), ARCHS))
+            out.append((source, (), SPECIFIC_ARCHS if specific else ARCHS))
     return out
+
+
+# Sources launched with one block size (threads, dynamic shared bytes), not the CLI's sweep:
+# wgmma_check's kernels are one warpgroup (benchmarks/wgmma_rate.py).
+FIXED_LAUNCHES = {"wgmma_check": (128, 0)}
 
 
 def launches(source, defines, kernel):
     """[(threads per block, dynamic shared bytes)] of the run-time launches of ``kernel``,
     from ``source`` compiled with ``defines``: every block size of the CLI's sweep, unless
-    the block size is compiled in (BLOCK_SIZE) or fixed (the fused kernels)."""
+    the block size is compiled in (BLOCK_SIZE) or fixed (the fused kernels, FIXED_LAUNCHES)."""
     from . import fused
     defines = dict(defines)
     if source in fused.BACKWARD_SOURCES.values():
         version = {s: k for k, s in fused.BACKWARD_SOURCES.items()}[source]
         _, block, shared = fused.fused_launch(1, 64, 1, bool(defines["TF32"]), version)[kernel]
         return [(block[0], shared)]
+    if source in FIXED_LAUNCHES:
+        return [FIXED_LAUNCHES[source]]
     if "BLOCK_SIZE" in defines:
         return [(defines["BLOCK_SIZE"], 0)]
     return [(bs, 0) for bs in BLOCK_SIZES]

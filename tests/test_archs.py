@@ -1,6 +1,7 @@
-"""Every kernel source compiles for every architecture students run (sm_75 T4 ... sm_90 H200),
-with every set of -D defines it is compiled with at run time, and every kernel fits each
-architecture's per-block limits at the block sizes it is launched with (ptxas -v, no GPU).
+"""Every kernel source compiles for every architecture students run (sm_75 T4 ... sm_90 H200;
+the wgmma sources of kernels.ARCH_SPECIFIC for sm_90a only), with every set of -D defines it is
+compiled with at run time, and every kernel fits each architecture's per-block limits at the
+block sizes it is launched with (ptxas -v, no GPU).
 
 Each (source, defines) is compiled once, for all its architectures in one nvcc call, and the
 calls run in parallel (module fixture ``reports``).
@@ -11,9 +12,10 @@ import shutil
 
 import pytest
 
-from attnlab import KernelCompileError, fused, kernels
-from attnlab.archs import (ARCHS, LIMITS, TF32_ARCHS, KernelReport, builds, launches,
-                           parse_ptxas, ptxas_report, registers_per_block, violations)
+from attnlab import InputError, KernelCompileError, fused, kernels
+from attnlab.archs import (ARCHS, LIMITS, SPECIFIC_ARCHS, TF32_ARCHS, KernelReport, builds,
+                           hardware, launches, parse_ptxas, ptxas_report, registers_per_block,
+                           violations)
 from attnlab.checks import BLOCK_SIZES
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -23,6 +25,11 @@ BUILD_ARCHS = {(source, defines): archs for source, defines, archs in BUILDS}
 FP32 = (("HEAD_SIZE", 64), ("TF32", 0))
 TF32 = (("HEAD_SIZE", 64), ("TF32", 1))
 TF32_ON_SM75 = ("flash_attention", TF32, ("sm_75",))   # must not compile: #error below sm_80
+# must not compile either: the wgmma sources for plain sm_90 (ptxas: wgmma needs sm_90a), and the
+# TF32-only fused kernels with TF32=0 (#error)
+WGMMA_ON_SM90 = [(s, d, ("sm_90",)) for s, d, archs in BUILDS if archs == SPECIFIC_ARCHS]
+FP32_OF_TF32_ONLY = [(fused.BACKWARD_SOURCES[k], FP32, SPECIFIC_ARCHS) for k in fused.TF32_ONLY]
+MUST_FAIL = [TF32_ON_SM75] + WGMMA_ON_SM90 + FP32_OF_TF32_ONLY
 
 # fp32 flash_forward / flash_backward need more shared memory than a T4's 64 KB opt-in
 # maximum (the library refuses to launch them there): test_fp32_flash_kernels_do_not_fit_sm75.
@@ -50,8 +57,8 @@ def _compile(source, defines, archs):
 @pytest.fixture(scope="module")
 def reports():
     """{(source, defines, archs): ptxas_report or the exception it raised}, for BUILDS and
-    TF32_ON_SM75; the slow flash_attention compiles are started first."""
-    jobs = sorted(BUILDS + [TF32_ON_SM75], key=lambda b: b[0] != fused.SOURCE)
+    MUST_FAIL; the slow flash_attention compiles are started first."""
+    jobs = sorted(BUILDS + MUST_FAIL, key=lambda b: b[0] != fused.SOURCE)
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = {job: pool.submit(_compile, *job) for job in jobs}
         return {job: f.exception() or f.result() for job, f in futures.items()}
@@ -69,7 +76,9 @@ def report_of(reports, source, defines, archs=None):
 
 def test_the_builds_are_the_run_time_ones():
     """Kernels 6-8 once per block size, flash_attention fp32 everywhere and TF32 on sm_80+,
-    every other source once with no defines; all for all five architectures."""
+    fused kernels 10 and 11 in both precisions on sm_80+, every other source once with no
+    defines for all five architectures; the wgmma sources (kernels.ARCH_SPECIFIC) for sm_90a
+    only, the fused ones (kernel 12 ...) in TF32 only."""
     sources = sorted(p.stem for p in kernels.KERNEL_DIR.glob("*.cu"))
     expected = []
     for source in sources:
@@ -77,6 +86,9 @@ def test_the_builds_are_the_run_time_ones():
             expected += [(source, FP32, ARCHS), (source, TF32, TF32_ARCHS)]
         elif source in ("flash_attention10", "flash_attention11"):
             expected += [(source, FP32, TF32_ARCHS), (source, TF32, TF32_ARCHS)]
+        elif source in kernels.ARCH_SPECIFIC:
+            fused_backward = source in fused.BACKWARD_SOURCES.values()
+            expected.append((source, TF32 if fused_backward else (), ("sm_90a",)))
         elif source in ("softmax_backward6", "softmax_backward7", "softmax_backward8"):
             expected += [(source, (("BLOCK_SIZE", bs),), ARCHS) for bs in BLOCK_SIZES]
         else:
@@ -84,6 +96,21 @@ def test_the_builds_are_the_run_time_ones():
     assert sorted(BUILDS) == sorted(expected)
     assert {"permute", "softmax_forward", "flash_attention"} | {
         f"softmax_backward{k}" for k in range(1, 9)} <= set(sources)
+    assert ("flash_attention12", TF32, ("sm_90a",)) in BUILDS
+    assert ("wgmma_check", (), ("sm_90a",)) in BUILDS
+    assert [d for s, d, _ in BUILDS if s == "flash_attention12"] == [TF32]
+
+
+def test_every_wgmma_kernel_is_built_for_sm90a_in_tf32_only():
+    """The fused backward kernels on wgmma (fused.WGMMA_KERNELS) are compiled for the
+    architecture-specific target (kernels.ARCH_SPECIFIC) and have no fp32 variant; their
+    limits are sm_90's."""
+    assert fused.WGMMA_KERNELS and "wgmma_check" in kernels.ARCH_SPECIFIC
+    for k in fused.WGMMA_KERNELS:
+        assert fused.BACKWARD_SOURCES[k] in kernels.ARCH_SPECIFIC, k
+        assert k in fused.TF32_ONLY, k
+    assert SPECIFIC_ARCHS == ("sm_90a",) and hardware("sm_90a") == "sm_90"
+    assert [hardware(a) for a in ARCHS] == list(ARCHS)
 
 
 def test_launch_geometry():
@@ -97,7 +124,16 @@ def test_launch_geometry():
         assert launches("flash_attention", defines, "flash_backward_preprocess") == [(256, 0)]
         for k in (10, 11):
             assert launches(f"flash_attention{k}", defines, "flash_backward") == \
-                [(fused.THREADS, fused.shared_memory_bytes("flash_backward", tf32, k))]
+                [(fused.BACKWARD_THREADS[k], fused.shared_memory_bytes("flash_backward", tf32, k))]
+    assert fused.BACKWARD_THREADS[9] == fused.THREADS == 128
+    # kernel 12 (wgmma, TF32 only): 2 warpgroups, 197,120 B of shared memory
+    assert launches("flash_attention12", TF32, "flash_backward") == \
+        [(fused.BACKWARD_THREADS[12], 197_120)] == [(256, 197_120)]
+    for k in fused.WGMMA_KERNELS:
+        assert launches(fused.BACKWARD_SOURCES[k], TF32, "flash_backward") == \
+            [(fused.BACKWARD_THREADS[k], fused.shared_memory_bytes("flash_backward", True, k))]
+    for name in ("wgmma_check", "wgmma_rate"):        # one warpgroup
+        assert launches("wgmma_check", (), name) == [(128, 0)]
 
 
 def test_parse_ptxas():
@@ -133,6 +169,16 @@ def test_violations():
     assert violations(kernel(smem=1024), "sm_75", 128, 63 * 1024 + 4) == \
         ["1024 B static + 64516 B dynamic shared = 65540 B > 65536 B per block (sm_75, "
          "opt-in maximum)"]
+    # sm_90a is sm_90's hardware: the same limits
+    assert violations(kernel(230), "sm_90a", 256, 197_120) == []
+    assert violations(kernel(230), "sm_90a", 256, 227 * 1024 + 4) == \
+        ["0 B static + 232452 B dynamic shared = 232452 B > 232448 B per block (sm_90a, "
+         "opt-in maximum)"]
+    assert violations(kernel(), "sm_90a", 2048) == violations(kernel(), "sm_90", 2048)
+    with pytest.raises(InputError, match=r"arch must be one of .*got 'sm_90b'"):
+        violations(kernel(), "sm_90b", 32)
+    with pytest.raises(InputError, match=r"like 'sm_90' or 'sm_90a', got \('sm_90f',\)"):
+        ptxas_report("", "k.cu", archs=("sm_90f",))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +200,24 @@ def test_tf32_needs_sm80(reports):
     with pytest.raises(KernelCompileError,
                        match=r"flash_attention\.cu[:(]\d+.*TF32=1 needs compute capability 8\.0"):
         report_of(reports, *TF32_ON_SM75)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("build", WGMMA_ON_SM90, ids=[s for s, _, _ in WGMMA_ON_SM90])
+def test_wgmma_sources_need_sm90a(reports, build):
+    """Why kernels.ARCH_SPECIFIC exists: for plain sm_90, ptxas refuses wgmma."""
+    with pytest.raises(KernelCompileError,
+                       match=rf"{build[0]}\.cu:\n.*Instruction 'wgmma\.[^']*' not supported on "
+                             r"\.target 'sm_90'"):
+        report_of(reports, *build)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("build", FP32_OF_TF32_ONLY, ids=[s for s, _, _ in FP32_OF_TF32_ONLY])
+def test_tf32_only_kernels_refuse_fp32(reports, build):
+    with pytest.raises(KernelCompileError, match=r"#error .*TF32 only: for fp32 accuracy use "
+                                                 r"kernel 11 \(3xTF32\)"):
+        report_of(reports, *build)
 
 
 FIT_CASES = [(s, d, arch) for s, d, archs in BUILDS for arch in archs]

@@ -23,6 +23,7 @@ from attnlab import (AttnlabError, GPUMemoryError, InputError, KernelCompileErro
                      reference)
 from attnlab import compare, make_inputs, make_problem, validate
 from attnlab.checks import check_shape
+from attnlab.fused import FUSED_KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 INP = np.random.default_rng(0).uniform(-1, 1, (2, 8, 18)).astype(np.float32)   # B=2 T=8 C=6
@@ -601,11 +602,15 @@ def test_compare_tol_must_be_a_number():
 
 # ------------------------------------------------------------ the command line
 
+LAST_FUSED = FUSED_KERNELS[-1]
+KERNEL_RANGE = (f"attnlab: kernel must be 1-{LAST_FUSED} (1-8: the softmax-backward kernels, "
+                f"9-{LAST_FUSED}: the fused backward), got ")
+
+
 @pytest.mark.parametrize("args, message", [
-    pytest.param(["backward", "0"], "attnlab: kernel must be 1-11 (1-8: the softmax-backward "
-                 "kernels, 9-11: the fused backward), got 0", id="cli-kernel"),
-    pytest.param(["backward", "12"], "attnlab: kernel must be 1-11 (1-8: the softmax-backward "
-                 "kernels, 9-11: the fused backward), got 12", id="cli-kernel-12"),
+    pytest.param(["backward", "0"], KERNEL_RANGE + "0", id="cli-kernel"),
+    pytest.param(["backward", str(LAST_FUSED + 1)], KERNEL_RANGE + str(LAST_FUSED + 1),
+                 id="cli-kernel-past-fused"),
     pytest.param(["backward", "x"], "argument kernel: invalid int value: 'x'", id="cli-kernel-type"),
     pytest.param(["forward", "--T", "1022"], "T must be a multiple of 4", id="cli-t4"),
     pytest.param(["forward", "--C", "770"], "C must be divisible by NH (C=770, NH=12",

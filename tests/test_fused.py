@@ -1,13 +1,16 @@
 """The fused (FlashAttention-2 style) attention of kernels/flash_attention.cu, and the later
-fused backward kernels (kernel 10: kernels/flash_attention10.cu).
+fused backward kernels (kernel 10: kernels/flash_attention10.cu; kernel 12 and later: on
+Hopper's wgmma, sm_90 only, TF32 only).
 
 On any machine: bad arguments are refused before the GPU is touched, the launch geometry and
 memory are what the kernels expect, and other head sizes do not compile (that both variants
 compile for every architecture, fit its limits and do not spill: tests/test_archs.py). On a
 GPU: out and dinp of both precisions against the CPU reference over whole tensors, at the
 small shape (T=260, a partial last tile) and the default shape, and two runs give
-bit-identical results, for every fused backward kernel; kernel 10's fp32-accurate (3xTF32)
-variant is within 2x of kernel 9's fp32 CUDA-core error against a float64 reference.
+bit-identical results, for every deterministic fused backward kernel (the others differ
+only in dq, by rounding); kernels 10's and 11's fp32-accurate (3xTF32) variants are within 2x
+of kernel 9's fp32 CUDA-core error against a float64 reference. A GPU test of a kernel this
+GPU cannot run is skipped with fused.gpu_unsupported_reason's text.
 """
 import argparse
 import re
@@ -26,13 +29,26 @@ from attnlab.validate import compare
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 PRECISIONS = [False, True]
-# (fused backward kernel, tf32) of every method the GPU tests run
-METHODS = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in PRECISIONS]
+# (fused backward kernel, tf32) of every method the GPU tests run (TF32_ONLY: no fp32)
+METHODS = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in PRECISIONS
+           if tf32 or k not in fused.TF32_ONLY]
 METHOD_IDS = [f"k{k}-{'tf32' if tf32 else 'fp32'}" for k, tf32 in METHODS]
+LAST = fused.FUSED_KERNELS[-1]
+TF32_ONLY_MESSAGE = ("tf32=False: fused backward kernel {} runs in TF32 only (tf32=True, --tf32); "
+                     "for fp32 accuracy use kernel 11 (3xTF32)")
+WGMMA_MESSAGE = ("fused backward kernel {} runs on Hopper's warpgroup MMA (wgmma), which only "
+                 "compute capability 9.0 has (sm_90a); this GPU is {}: use kernel 11, or kernel 9")
 
 
 def precision(tf32):
     return "tf32" if tf32 else "fp32"
+
+
+def skip_unless_supported(tf32, kernel):
+    """Skip a GPU test of a kernel this GPU cannot run, saying why."""
+    why = fused.gpu_unsupported_reason(tf32, kernel)
+    if why:
+        pytest.skip(why)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,9 +91,9 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
         (lambda: fused.FusedBuffers(2, 6, 128, 2), "multiple of 4"),
         (lambda: fused.FusedBuffers(1, 32768 * 64 + 4, 128, 2), "fused backward"),
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=8),
-         r"fused backward kernel must be one of \[9, 10, 11\], got 8"),
+         r"fused backward kernel must be one of \[9, 10, 11, 12(, \d+)*\], got 8"),
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=True), "got True"),
-        (lambda: fused.fused_launch(1, 64, 1, False, 12), "got 12"),
+        (lambda: fused.fused_launch(1, 64, 1, False, LAST + 1), f"got {LAST + 1}"),
     ]
     for call, message in cases:
         with pytest.raises(InputError, match=message):
@@ -96,9 +112,33 @@ def test_cli_backward_9_checks_before_the_gpu(gpu_forbidden):
     args = argparse.Namespace(B=1, T=64, C=96, NH=3, repeats=3, tf32=True, **{**common, "kernel": 10})
     with pytest.raises(InputError, match="HS"):
         cli.run(args)
-    args = argparse.Namespace(B=1, T=64, C=128, NH=2, repeats=3, tf32=True, **{**common, "kernel": 12})
-    with pytest.raises(InputError, match=r"kernel must be 1-11 .*got 12"):
+    args = argparse.Namespace(B=1, T=64, C=128, NH=2, repeats=3, tf32=True,
+                              **{**common, "kernel": LAST + 1})
+    with pytest.raises(InputError, match=re.escape(
+            f"kernel must be 1-{LAST} (1-8: the softmax-backward kernels, 9-{LAST}: the fused "
+            f"backward), got {LAST + 1}")):
         cli.run(args)
+
+
+@pytest.mark.parametrize("kernel", fused.TF32_ONLY)
+def test_tf32_only_kernels_refuse_fp32_before_the_gpu(gpu_forbidden, capsys, kernel):
+    """Kernel 12 (and any later TF32_ONLY kernel) has no fp32 variant: tf32=False is an
+    InputError from the functions and the command line, before any CUDA call."""
+    inp, dout = make_inputs(1, 64, 128, 2)
+    message = TF32_ONLY_MESSAGE.format(kernel)
+    for call in (lambda: fused.gpu_fused_backward(dout, inp, 2, tf32=False, kernel=kernel),
+                 lambda: fused.fused_backward(None, False, kernel),
+                 lambda: fused.check_precision(False, kernel)):
+        with pytest.raises(InputError, match=re.escape(message)):
+            call()
+    args = argparse.Namespace(command="backward", kernel=kernel, B=1, T=64, C=128, NH=2, seed=0,
+                              warmup=2, repeats=3, tf32=False, block_sizes=None)
+    with pytest.raises(InputError, match=re.escape(message)):
+        cli.run(args)
+    assert cli.main(["backward", str(kernel), "--B", "1", "--T", "64", "--C", "128",
+                     "--NH", "2"]) == 2
+    assert capsys.readouterr().err == f"attnlab: {message}\n"
+    assert fused.check_precision(True, kernel) is True and fused.check_precision(False, 11) is False
 
 
 @pytest.mark.parametrize("T, tiles", [(4, 1), (60, 1), (64, 1), (68, 2), (260, 5), (516, 9),
@@ -121,6 +161,14 @@ def test_tile_counts_and_grids(T, tiles):
         grid, block, shared = fused.fused_launch(4, T, 12, tf32, 11)["flash_backward"]
         assert grid == (48, -(-T // 128), 1) and block == (128, 1, 1)
         assert shared == 4 * (2 * (128 + 32) * 72 + 2 * 32 + 128 * 40) == 112_896
+    # kernel 12 (TF32 only): one block of 2 warpgroups per 128 keys (it adds dQ too); K, V, K^T
+    # of its keys, Q, dO and their transposes of 64 queries, dS, lse and D, unpadded
+    grid, block, shared = fused.fused_launch(4, T, 12, True, 12)["flash_backward"]
+    assert grid == (48, -(-T // 128), 1) and block == (256, 1, 1)
+    assert block[0] == fused.BACKWARD_THREADS[12]
+    assert shared == 4 * (3 * 128 * 64 + 4 * 64 * 64 + 64 * 128 + 2 * 64) == 197_120
+    assert fused.fused_launch(4, T, 12, True, 12)["flash_forward"] == \
+        fused.fused_launch(4, T, 12, True)["flash_forward"]
 
 
 def test_launch_bounds_ask_each_arch_for_the_blocks_its_shared_memory_fits():
@@ -194,6 +242,7 @@ def run_fused(problem, tf32, kernel=fused.FUSED_KERNEL):
 
 
 def check_against_reference(problem, tf32, kernel):
+    skip_unless_supported(tf32, kernel)
     out, dinp, _ = run_fused(problem, tf32, kernel)
     tol = fused.FUSED_TOLERANCES[precision(tf32)]
     for name, got in (("out", out), ("dinp", dinp)):
@@ -240,6 +289,7 @@ def test_lse_is_the_log_sum_exp(small, tf32):
 @pytest.mark.parametrize("kernel, tf32", [m for m in METHODS if fused.DETERMINISTIC[m[0]]],
                          ids=[i for m, i in zip(METHODS, METHOD_IDS) if fused.DETERMINISTIC[m[0]]])
 def test_two_runs_are_bit_identical(small, kernel, tf32):
+    skip_unless_supported(tf32, kernel)
     with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
         buf.set("inp", small.inp)
         buf.set("dout", small.dout)
@@ -256,13 +306,19 @@ def test_two_runs_are_bit_identical(small, kernel, tf32):
         assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
 
 
+NON_DETERMINISTIC = [m for m in METHODS if not fused.DETERMINISTIC[m[0]]]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("tf32", PRECISIONS, ids=["fp32", "tf32"])
-def test_kernel_11_runs_differ_only_in_dq_and_by_rounding(small, tf32):
-    """Kernel 11 adds dQ with atomics: repeated runs may differ, in dq only (dK and dV keep one
-    writer each), by no more than rounding; each run matches the reference."""
+@pytest.mark.parametrize("kernel, tf32", NON_DETERMINISTIC,
+                         ids=[i for m, i in zip(METHODS, METHOD_IDS) if m in NON_DETERMINISTIC])
+def test_atomic_kernels_runs_differ_only_in_dq_and_by_rounding(small, kernel, tf32):
+    """Kernels 11 and 12 add dQ with atomics: repeated runs may differ, in dq only (dK and dV
+    keep one writer each), by no more than rounding (each run matches the reference:
+    test_small_shape_matches_reference)."""
+    skip_unless_supported(tf32, kernel)
     C = small.C
-    runs = [run_fused(small, tf32, 11)[1] for _ in range(3)]
+    runs = [run_fused(small, tf32, kernel)[1] for _ in range(3)]
     for dinp in runs[1:]:
         assert np.array_equal(dinp[..., C:], runs[0][..., C:])         # dk, dv bit-identical
         assert np.abs(dinp[..., :C] - runs[0][..., :C]).max() <= 1e-5 * np.abs(runs[0]).max()
@@ -274,6 +330,7 @@ def test_numpy_helpers(small):
     dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH)
     assert compare(out, small.out, "out", 1e-3).ok
     assert compare(dinp, small.dinp, "dinp", 1e-3).ok
+    skip_unless_supported(False, 10)
     dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH, kernel=10)
     assert compare(dinp, small.dinp, "dinp", 1e-3).ok
 
@@ -316,6 +373,92 @@ def test_kernels_10_11_run_on_sm80_and_sm90_and_say_why_not_elsewhere(arch, tf32
                        f"shared memory per block (flash_backward of kernel {kernel}), and this "
                        f"GPU ({arch}) allows {LIMITS[arch].max_shared_per_block_optin:,}: use "
                        f"fused kernel 9 instead")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tf32", [False, True], ids=["fp32", "tf32"])
+@pytest.mark.parametrize("kernel", fused.WGMMA_KERNELS)
+def test_wgmma_kernels_run_on_sm90_only_and_say_why_not_elsewhere(arch, tf32, kernel):
+    """Kernel 12 (and later ones on wgmma) is built for sm_90a: sm_90 runs it (its 197,120 bytes
+    of shared memory fit); every other GPU is told to use kernel 11 or 9, whatever the
+    precision (fp32 is refused before, by check_precision)."""
+    why = fused.unsupported_reason(tf32, (int(arch[3]), int(arch[4])),
+                                   LIMITS[arch].max_shared_per_block_optin, kernel)
+    if arch == "sm_90":
+        assert why is None
+        assert fused.shared_memory_bytes("flash_backward", True, kernel) <= \
+            LIMITS["sm_90"].max_shared_per_block_optin
+    else:
+        assert why == WGMMA_MESSAGE.format(kernel, arch)
+    assert fused.unsupported_reason(True, (10, 0), 227 * 1024, kernel) == \
+        WGMMA_MESSAGE.format(kernel, "sm_100")
+
+
+def test_wgmma_kernels_are_refused_off_hopper_before_allocating(monkeypatch, capsys):
+    """On an A100 (sm_80) gpu_fused_backward and ``backward 12 --tf32`` raise
+    UnsupportedGPUError with the reason before any buffer is allocated or kernel compiled;
+    kernel 11 is not refused there."""
+    from attnlab import UnsupportedGPUError
+    monkeypatch.setattr(fused, "gpu_unsupported_reason",
+                        lambda tf32, version=9: fused.unsupported_reason(tf32, (8, 0), 163 * 1024,
+                                                                         version))
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("allocated on a GPU that cannot run the kernels")
+    monkeypatch.setattr(fused, "FusedBuffers", no_allocation)
+    monkeypatch.setattr("attnlab.problem.make_problem", no_allocation)
+    inp, dout = make_inputs(2, 260, 192, 3)
+    for kernel in fused.WGMMA_KERNELS:
+        why = WGMMA_MESSAGE.format(kernel, "sm_80")
+        with pytest.raises(UnsupportedGPUError, match=re.escape(why)):
+            fused.gpu_fused_backward(dout, inp, 3, tf32=True, kernel=kernel)
+        assert cli.main(["backward", str(kernel), "--tf32", "--B", "2", "--T", "260", "--C", "192",
+                         "--NH", "3"]) == 2
+        assert capsys.readouterr().err == f"attnlab: {why}\n"
+    with pytest.raises(AssertionError, match="allocated"):     # kernel 11 gets as far as allocating
+        fused.gpu_fused_backward(dout, inp, 3, tf32=True, kernel=11)
+
+
+def test_sanitize_steps_run_tf32_only_kernels_in_tf32_only(monkeypatch, capsys):
+    """Under the sanitizer each fused kernel runs in each precision it has that this GPU runs:
+    on an H200 kernel 12 in TF32 only; on an A100 not at all, saying why on stderr."""
+    ran = []
+
+    class Buffers:
+        def __init__(self, *shape):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def set(self, name, value):
+            pass
+
+        def get(self, name):
+            return np.zeros(4, np.float32)
+    monkeypatch.setattr(fused, "FusedBuffers", Buffers)
+    monkeypatch.setattr(fused, "fused_forward", lambda buf, tf32: None)
+    monkeypatch.setattr(fused, "fused_backward",
+                        lambda buf, tf32, kernel: ran.append((kernel, tf32)))
+    for cc, optin in (((9, 0), 227 * 1024), ((8, 0), 163 * 1024)):
+        ran.clear()
+        monkeypatch.setattr(fused, "gpu_unsupported_reason", lambda tf32, version=9:
+                            fused.unsupported_reason(tf32, cc, optin, version))
+        sources = fused.sanitize_steps(1, 64, 128, 2)
+        expected = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in (False, True)
+                    if (tf32 or k not in fused.TF32_ONLY)
+                    and (cc == (9, 0) or k not in fused.WGMMA_KERNELS)]
+        assert ran == expected
+        assert sources == sorted({"flash_attention", "permute"}
+                                 | {fused.BACKWARD_SOURCES[k] for k, _ in expected})
+        assert (12, False) not in ran and ((12, True) in ran) == (cc == (9, 0))
+        err = capsys.readouterr().err
+        for k in fused.WGMMA_KERNELS:
+            assert (f"attnlab.fused: kernel {k} not run under the sanitizer: "
+                    f"{WGMMA_MESSAGE.format(k, 'sm_80')}" in err) == (cc == (8, 0))
 
 
 def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatch):

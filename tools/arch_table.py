@@ -3,8 +3,9 @@
     python tools/arch_table.py > docs/architectures.md
 
 Compiles every kernels/*.cu with every set of -D defines the library uses at run time, for
-attnlab.archs.ARCHS (one nvcc call per build, in parallel; no GPU needed: a few minutes on
-2 cores), and checks each kernel against its architecture's limits at the block sizes it is
+attnlab.archs.ARCHS (the wgmma sources of kernels.ARCH_SPECIFIC for sm_90a only, shown in the
+sm_90 column; one nvcc call per build, in parallel; no GPU needed: a few minutes on 2 cores),
+and checks each kernel against its architecture's limits at the block sizes it is
 launched with (attnlab.archs.launches, violations).
 """
 import argparse
@@ -14,7 +15,8 @@ import subprocess
 import sys
 
 from attnlab import kernels
-from attnlab.archs import ARCHS, KB, LIMITS, builds, launches, ptxas_report, violations
+from attnlab.archs import (ARCHS, KB, LIMITS, builds, hardware, launches, ptxas_report,
+                           violations)
 from attnlab.checks import BLOCK_SIZES
 
 INTRO = """\
@@ -24,7 +26,10 @@ Every kernel is compiled for the architectures students run: sm_75 (T4), sm_80 (
 sm_86 (RTX 30xx, A10), sm_89 (RTX 40xx, L4) and sm_90 (H100, H200), with each set of `-D`
 defines it is compiled with at run time, and ptxas's report (`-Xptxas -v`) is checked against
 that architecture's per-block limits at the block sizes it is launched with
-(`tests/test_archs.py`, on any machine with nvcc; `attnlab/archs.py`).
+(`tests/test_archs.py`, on any machine with nvcc; `attnlab/archs.py`). The sources that use
+Hopper's wgmma are compiled for the architecture-specific target sm_90a only, which runs on
+sm_90 (H100, H200) and no other GPU (`attnlab.kernels.ARCH_SPECIFIC`):
+{specific}.
 
 ## Limits
 
@@ -45,8 +50,10 @@ dynamic shared <= the opt-in maximum.
 Regenerate with `python tools/arch_table.py > docs/architectures.md` (this one: {nvcc}).
 Each cell: registers per thread / shared memory per block (static + dynamic, bytes) at the
 largest block size checked. **✗**: does not fit (see the notes); *spills*: ptxas spills to
-local memory (stack frame and spill bytes in the notes); —: not built (TF32=1 needs sm_80:
-flash_attention.cu has an `#error` below it).
+local memory (stack frame and spill bytes in the notes); *(sm_90a)*: built for sm_90a, in the
+sm_90 column; —: not built (TF32=1 needs sm_80: flash_attention.cu has an `#error` below it;
+the later fused backward kernels need TF32 tensor cores, sm_80; the sm_90a sources run on
+sm_90 only).
 Kernels 1–5, softmax_forward and permute are checked at every block size of the CLI's sweep
 ({block_sizes}).
 
@@ -93,13 +100,17 @@ def table(reports):
         for name in sorted(report[archs[0]]):
             runs = launches(source, defines, name)
             cells = []
-            for arch in ARCHS:
-                if arch not in archs:
+            for column in ARCHS:
+                # the build for this column: the architecture itself, or its sm_90a target
+                arch = next((a for a in archs if hardware(a) == column), None)
+                if arch is None:
                     cells.append("—")
                     continue
                 k = report[arch][name]
                 threads, shared = max(runs)
                 cell = f"{k.registers} / {k.smem + shared}"
+                if arch != column:
+                    cell += f" *({arch})*"
                 problems = sorted({v for t, s in runs for v in violations(k, arch, t, s)})
                 if problems:
                     cell += " **✗**"
@@ -133,6 +144,7 @@ def main(argv=None):
     rows, notes = table(compile_all(args.jobs))
     sys.stdout.write(INTRO.format(limits=limits_table(), nvcc=nvcc_version(), table=rows,
                                   notes=notes,
+                                  specific=", ".join(f"{s}.cu" for s in kernels.ARCH_SPECIFIC),
                                   block_sizes=", ".join(str(b) for b in BLOCK_SIZES)))
     return 0
 
