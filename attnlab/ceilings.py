@@ -134,8 +134,8 @@ def for_this_gpu(path):
 
 def sanitize_steps(B, T, C, NH):
     """Launch each kernel of kernels/ceilings.cu and the L2 flush (kernels/l2_flush.cu) once,
-    small and untimed, for ``python -m attnlab sanitize`` (the shape does not matter to them);
-    returns the sources run."""
+    small and untimed, for ``python -m attnlab sanitize`` (the shape does not matter to them),
+    and on sm_90 kernels/wgmma_check.cu's two; returns the sources run."""
     import pycuda.driver as cuda
     context()
     block, blocks, n4 = 256, 4, 4096
@@ -155,10 +155,19 @@ def sanitize_steps(B, T, C, NH):
         flusher.flush()
         cuda.Context.synchronize()
         flusher.free()
+        ran = ["ceilings", "l2_flush"]
+        if device_info()["arch"] == "sm_90":   # wgmma (sm_90a): benchmarks/wgmma_rate.py's kernels
+            cuda.memset_d32(src, 0, 3 * 64 * 64)    # a, b: 64 x 64 each; out: 3 x 64 x 64 (dst)
+            check = kernels.get_function("wgmma_check", "wgmma_check")
+            check(dst, src, src, grid=(1, 1, 1), block=(128, 1, 1))
+            kernels.get_function("wgmma_check", "wgmma_rate")(
+                out, np.int32(2), np.int32(1), grid=(1, 1, 1), block=(128, 1, 1))
+            cuda.Context.synchronize()
+            ran.append("wgmma_check")
     finally:
         for b in (src, dst, out):
             b.free()
-    return ["ceilings", "l2_flush"]
+    return ran
 
 
 def describe(c):

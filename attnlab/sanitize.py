@@ -88,7 +88,7 @@ def _ceilings(B, T, C, NH):
 # The named targets (--extra): name -> (a function that runs each of its kernels once at a
 # shape, untimed, and returns the kernels/*.cu sources it ran; the sources it covers).
 TARGETS = {"fused": (_fused, tuple(sorted(set(BACKWARD_SOURCES.values())))),
-           "ceilings": (_ceilings, ("ceilings", "l2_flush"))}
+           "ceilings": (_ceilings, ("ceilings", "l2_flush", "wgmma_check"))}
 
 
 class SanitizerNotFoundError(AttnlabError, RuntimeError):
