@@ -36,6 +36,10 @@ python3 -m venv "$work/plain" || exit 1
 "$work/plain/bin/python" -c "import attnlab.kernels as k; print('kernel sources:', k.KERNEL_DIR)"
 "$work/plain/bin/python" -m attnlab backward 8 --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
 "$work/plain/bin/python" -m attnlab backward 9 --tf32 --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
+if "$work/plain/bin/python" -c "import sys; from attnlab import fused; sys.exit(bool(fused.gpu_unsupported_reason(True, 13)))"; then
+    # kernel 13 includes two headers (kernels/*.cuh): they must be in the wheel too (sm_90 only)
+    "$work/plain/bin/python" -m attnlab backward 13 --tf32 --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
+fi
 
 step "pytest $repo/tests (GPU and CPU tests), from $work"
 "$work/env/bin/python" -m pytest -q -p no:cacheprovider "$repo/tests" -n 8 --dist loadfile || status=1
