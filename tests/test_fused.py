@@ -394,19 +394,28 @@ def test_wgmma_kernels_run_on_sm90_only_and_say_why_not_elsewhere(arch, tf32, ke
         WGMMA_MESSAGE.format(kernel, "sm_100")
 
 
+def pretend_gpu(monkeypatch, cc, optin):
+    """fused.gpu_unsupported_reason as on a GPU of compute capability ``cc`` that allows
+    ``optin`` bytes of shared memory per block."""
+    monkeypatch.setattr(fused, "gpu_unsupported_reason", lambda tf32, version=9:
+                        fused.unsupported_reason(tf32, cc, optin, version))
+
+
+def forbid_allocation(monkeypatch):
+    """Any allocation of fused buffers or of a problem fails the test."""
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("allocated on a GPU that cannot run the kernels")
+    monkeypatch.setattr(fused, "FusedBuffers", no_allocation)
+    monkeypatch.setattr("attnlab.problem.make_problem", no_allocation)
+
+
 def test_wgmma_kernels_are_refused_off_hopper_before_allocating(monkeypatch, capsys):
     """On an A100 (sm_80) gpu_fused_backward and ``backward 12 --tf32`` raise
     UnsupportedGPUError with the reason before any buffer is allocated or kernel compiled;
     kernel 11 is not refused there."""
     from attnlab import UnsupportedGPUError
-    monkeypatch.setattr(fused, "gpu_unsupported_reason",
-                        lambda tf32, version=9: fused.unsupported_reason(tf32, (8, 0), 163 * 1024,
-                                                                         version))
-
-    def no_allocation(*args, **kwargs):
-        raise AssertionError("allocated on a GPU that cannot run the kernels")
-    monkeypatch.setattr(fused, "FusedBuffers", no_allocation)
-    monkeypatch.setattr("attnlab.problem.make_problem", no_allocation)
+    pretend_gpu(monkeypatch, (8, 0), 163 * 1024)
+    forbid_allocation(monkeypatch)
     inp, dout = make_inputs(2, 260, 192, 3)
     for kernel in fused.WGMMA_KERNELS:
         why = WGMMA_MESSAGE.format(kernel, "sm_80")
@@ -445,8 +454,7 @@ def test_sanitize_steps_run_tf32_only_kernels_in_tf32_only(monkeypatch, capsys):
                         lambda buf, tf32, kernel: ran.append((kernel, tf32)))
     for cc, optin in (((9, 0), 227 * 1024), ((8, 0), 163 * 1024)):
         ran.clear()
-        monkeypatch.setattr(fused, "gpu_unsupported_reason", lambda tf32, version=9:
-                            fused.unsupported_reason(tf32, cc, optin, version))
+        pretend_gpu(monkeypatch, cc, optin)
         sources = fused.sanitize_steps(1, 64, 128, 2)
         expected = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in (False, True)
                     if (tf32 or k not in fused.TF32_ONLY)
@@ -466,14 +474,8 @@ def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatc
     before any buffer is allocated or kernel compiled."""
     from attnlab import UnsupportedGPUError
     from attnlab.cli import main
-    monkeypatch.setattr(fused, "gpu_unsupported_reason",
-                        lambda tf32, version=9: fused.unsupported_reason(tf32, (7, 5), 64 * 1024,
-                                                                         version))
-
-    def no_allocation(*args, **kwargs):
-        raise AssertionError("allocated on a GPU that cannot run the kernels")
-    monkeypatch.setattr(fused, "FusedBuffers", no_allocation)
-    monkeypatch.setattr("attnlab.problem.make_problem", no_allocation)
+    pretend_gpu(monkeypatch, (7, 5), 64 * 1024)
+    forbid_allocation(monkeypatch)
     inp, dout = make_inputs(2, 260, 192, 3)
     for tf32 in (False, True):
         with pytest.raises(UnsupportedGPUError, match="sm_75"):
