@@ -5,6 +5,8 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
+          (kernel 13, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -13,9 +15,11 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 ``tf32=False`` (fp32 FMAs on CUDA cores) and ``tf32=True`` (TF32 tensor cores, sm_80 and
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
-The backward is deterministic: no atomics, each gradient element has one writer, so the same
-inputs give bit-identical dinp run after run. Like attention.py, every call is idempotent:
-each buffer has one producer and is overwritten, nothing needs clearing between calls.
+Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-13 add dQ with
+atomics into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
+on tensor cores (3xTF32); 12 and 13 run on Hopper's wgmma, in TF32 only. Like attention.py,
+every call is idempotent: nothing needs clearing between calls.
 """
 import functools
 import sys
