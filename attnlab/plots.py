@@ -62,3 +62,96 @@ def heatmap(matrix, title="", ax=None, cmap="viridis", log=False):
     ax.set_title(title)
     plt.colorbar(im, ax=ax, fraction=0.046)
     return ax
+
+
+# ---------------------------------------------------------------- the lessons' two pictures
+
+def _iqr_bars(rows):
+    """(medians, [lower, upper] error lengths) of rows that carry median/q1/q3 in ms."""
+    med = np.array([r["median_ms"] for r in rows])
+    return med, [med - np.array([r["q1_ms"] for r in rows]),
+                 np.array([r["q3_ms"] for r in rows]) - med]
+
+
+def ladder_rows(upto, part="softmax"):
+    """Kernels 1..``upto`` from the committed results/h200/kernels.json, one row each: label,
+    median/q1/q3 in ms and ``roof`` = highest floor / median (the fraction of the roof the
+    kernel reaches). ``part``: "softmax" (the softmax backward alone) or "backward" (whole,
+    fp32 GEMMs; its roof is not counted, so ``roof`` is None)."""
+    from . import report
+    key = {"softmax": "softmax", "backward": "backward_fp32"}[part]
+    kernels = report.load("kernels")["kernels"]
+    rows = []
+    for k in range(1, upto + 1):
+        e = kernels[str(k)]
+        s = e[key]
+        roof = max(e["floors_ms"].values()) / s["median_ms"] if part == "softmax" else None
+        rows.append({"label": f"kernel {k}", "median_ms": s["median_ms"], "q1_ms": s["q1_ms"],
+                     "q3_ms": s["q3_ms"], "roof": roof})
+    return rows
+
+
+def plot_ladder(rows, title, highlight=None, roof_label="% of its roof (highest floor / time)"):
+    """The series-wide ladder: each row's median time with IQR bars (log scale) beside the
+    fraction of its roof it reaches. ``rows``: dicts with label, median_ms, q1_ms, q3_ms, roof
+    (a fraction, or None to leave the bar out), as ``ladder_rows`` gives."""
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 0.45 * len(rows) + 1.8), sharey=True,
+                                      layout="constrained")
+    labels = [r["label"] for r in rows]
+    y = np.arange(len(rows))
+    colors = ["tab:orange" if l == highlight else "tab:blue" for l in labels]
+    med, err = _iqr_bars(rows)
+    left.barh(y, med, color=colors, alpha=0.8)
+    left.errorbar(med, y, xerr=err, fmt="none", ecolor="black", capsize=3)
+    left.set_xscale("log")
+    left.set_yticks(y, labels)
+    left.invert_yaxis()
+    for yi, m in zip(y, med):
+        left.text(m, yi, f"  {m:.3g} ms", va="center")
+    left.set_xlabel("time (ms, median; bars: IQR), log scale")
+    left.margins(x=0.3)
+    fractions = [100 * r["roof"] if r["roof"] is not None else 0.0 for r in rows]
+    right.barh(y, fractions, color=colors, alpha=0.8)
+    for yi, f, r in zip(y, fractions, rows):
+        right.text(f, yi, f"  {f:.3g} %" if r["roof"] is not None else "  not counted",
+                   va="center")
+    right.set_xlim(0, max(100.0, max(fractions) * 1.25))
+    right.set_xlabel(roof_label)
+    fig.suptitle(title)
+    return fig
+
+
+def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms"):
+    """One kernel's measurement placed against its roof: each measured run (median with IQR
+    bars; ``measured`` = {label: Timing or row dict}) on a log time axis, the floors the
+    ceilings allow (``floors_ms`` = {name: ms}) as vertical lines, and the prediction as a
+    shaded band (``predicted_ms`` = (low, high) in ms, or None)."""
+    plt = _plt()
+    rows = []
+    for label, t in measured.items():
+        if isinstance(t, dict):
+            rows.append(dict(t, label=label))
+        else:
+            q1, q3 = t.quartiles_ms
+            rows.append({"label": label, "median_ms": t.median_ms, "q1_ms": q1, "q3_ms": q3})
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 2.2), layout="constrained")
+    y = np.arange(len(rows))
+    med, err = _iqr_bars(rows)
+    if predicted_ms is not None:
+        ax.axvspan(*predicted_ms, color="tab:green", alpha=0.15, label="prediction")
+    styles = ("--", ":", "-.", (0, (5, 1)))
+    for (name, ms), style in zip(sorted(floors_ms.items(), key=lambda kv: -kv[1]), styles):
+        ax.axvline(ms, color="tab:red", linestyle=style, label=f"floor: {name} ({ms:.3g} {unit})")
+    ax.errorbar(med, y, xerr=err, fmt="o", color="tab:blue", capsize=4, label="measured (IQR)")
+    for yi, m in zip(y, med):
+        ax.annotate(f"{m:.3g} {unit}", (m, yi), textcoords="offset points", xytext=(0, 8),
+                    ha="center")
+    ax.set_yticks(y, [r["label"] for r in rows])
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"time ({unit}, median; bars: IQR), log scale")
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3, which="both")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
+    return fig
