@@ -31,13 +31,14 @@ def check_tf32(tf32):
 
 
 def check_shape(B, T, C, NH, gpu=True, square=True):
-    """B, T, C, NH: C divisible by NH; for the GPU kernels also T a multiple of 4, B*NH at
-    most 65535 (rows of blocks) and B*T*3C below 2**31 (32-bit indices); with ``square``
-    (the materialized T x T path of kernels 1-8) also T*T below 2**31."""
+    """B, T, C, NH: C divisible by NH; for the GPU kernels also B*NH at most 65535 (rows of
+    blocks) and B*T*3C below 2**31 (32-bit indices); with ``square`` (the materialized T x T
+    path of kernels 1-8) also T a multiple of 4 and T*T below 2**31. The fused kernels
+    (``square=False``) mask their rows and take any T >= 1."""
     B, T, C, NH = (check_int(n, v) for n, v in (("B", B), ("T", T), ("C", C), ("NH", NH)))
     if C % NH:
         raise InputError(f"C must be divisible by NH (C={C}, NH={NH}, C % NH = {C % NH})")
-    if gpu and T % 4:
+    if gpu and square and T % 4:
         raise InputError(f"T must be a multiple of 4 (the softmax kernels read rows as float4 "
                          f"and kernel 8 does 4 rows per block), got T={T}")
     if gpu and square and T * T > MAX_INT32:
@@ -93,8 +94,8 @@ def check_array(name, a, shape, dtypes=(np.float32,), finite=True):
     return a
 
 
-def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True):
-    """inp is (B, T, 3C) holding Q, K, V; returns (B, T, C, NH)."""
+def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True, square=True):
+    """inp is (B, T, 3C) holding Q, K, V; returns (B, T, C, NH) (check_shape's rules)."""
     check_array("inp", inp, (None, None, None), dtypes)
     B, T, C3 = inp.shape
     if C3 % 3:
@@ -105,7 +106,7 @@ def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True):
     if C % n_head:
         raise InputError(f"C must be divisible by NH: C = inp.shape[2] / 3 = {C}, "
                          f"NH = n_head = {n_head}, C % NH = {C % n_head}")
-    return check_shape(B, T, C, n_head, gpu)
+    return check_shape(B, T, C, n_head, gpu, square)
 
 
 def parse_list(text, option, allowed=None, convert=str):

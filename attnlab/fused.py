@@ -28,7 +28,7 @@ import numpy as np
 
 from . import kernels
 from .buffers import DeviceBuffers, check_fits, qkv_pointers
-from .checks import check_array, check_qkv, check_shape, check_tf32
+from .checks import MAX_INT32, check_array, check_qkv, check_shape, check_tf32
 from .device import context, free_memory
 from .errors import InputError, SetupError, UnsupportedGPUError
 from .launch import ceil_div, elementwise_launch
@@ -91,21 +91,28 @@ FORWARD_ONLY = ("inp", "qkvr", "o", "lse", "out")
 # ---------------------------------------------------------------------------------------------
 # Checks and geometry (no GPU needed)
 
-def check_head_size(C, NH):
-    """The fused kernels are built for one head size: HS = C / NH must be in HEAD_SIZES."""
+def check_head_size(B, T, C, NH):
+    """The fused kernels are built for one head size: HS = C / NH must be in HEAD_SIZES. The
+    refusal says what the materialized pipeline, which takes any head size, would need."""
     HS = C // NH
     if HS not in HEAD_SIZES:
+        from .attention import bytes_needed
+        need = bytes_needed(B, T, C, NH)
+        square = ("" if T * T <= MAX_INT32 else
+                  f"; and T*T = {T * T:,} is above its 32-bit limit of {MAX_INT32:,}")
         raise InputError(f"the fused attention kernels support head size HS = C / NH in "
-                         f"{list(HEAD_SIZES)} only, got HS = {C} / {NH} = {HS}; use the "
-                         f"materialized pipeline (attnlab.attention, kernels 1-8) for other "
-                         f"head sizes")
+                         f"{list(HEAD_SIZES)} only, got HS = {C} / {NH} = {HS}. The materialized "
+                         f"pipeline (attnlab.attention, kernels 1-8) takes any head size but "
+                         f"keeps four B*NH*T*T float buffers: at B={B} T={T} C={C} NH={NH} it "
+                         f"needs {need / 2**30:.2f} GiB of GPU memory{square}")
     return HS
 
 
 def check_fused_shape(B, T, C, NH):
-    """check_shape's rules for the GPU, plus HS = 64 and the fused launch's grid limit."""
+    """check_shape's rules for the GPU without the T x T ones (any T >= 1: the fused kernels
+    mask their rows), plus HS = 64 and the fused launch's grid limit."""
     B, T, C, NH = check_shape(B, T, C, NH, square=False)     # no T x T buffer here
-    check_head_size(C, NH)
+    check_head_size(B, T, C, NH)
     if 2 * n_tiles(T) > MAX_GRID_Y:
         raise InputError(f"T must be at most {MAX_GRID_Y // 2 * TILE} for the fused backward "
                          f"(2*ceil(T/{TILE}) rows of blocks, at most {MAX_GRID_Y}), got T={T}")
@@ -255,7 +262,8 @@ class FusedBuffers(DeviceBuffers):
     """Every device buffer of one fused attention problem, allocated once (all O(T)).
 
     ``buf.inp``, ``buf.lse``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('lse')`` copies one
-    back to numpy. Use as a context manager, or call ``free()``.
+    back to numpy. Use as a context manager, or call ``free()``. Fill ``inp`` and ``dout`` with
+    ``set``: fused_forward and fused_backward refuse buffers that do not hold what they read.
     """
 
     def __init__(self, B, T, C, NH, backward=True):
@@ -264,6 +272,29 @@ class FusedBuffers(DeviceBuffers):
         self.backward = bool(backward)
         self._allocate(fused_buffer_shapes(B, T, C, NH, backward),
                        f"fused attention at B={B} T={T} C={C} NH={NH} (all O(T), no T*T buffer)")
+        # what the buffers hold: "inp" and "dout" once set, "forward" once fused_forward has
+        # run on the inp they hold (the backward reads its qkvr, o and lse)
+        self.holds = set()
+
+    def set(self, name, host, finite=True):
+        """DeviceBuffers.set; a new ``inp`` also means the forward's results are out of date."""
+        super().set(name, host, finite)
+        self.holds.add(name)
+        if name == "inp":
+            self.holds.discard("forward")
+
+    def require(self, what, *needs):
+        """InputError, before any launch, unless the buffers hold each of ``needs``."""
+        self._array("inp")     # raises if these buffers were freed
+        how = {"inp": "call buf.set('inp', inp) first",
+               "dout": "call buf.set('dout', dout) first",
+               "forward": "call fused_forward(buf) first: these buffers hold no forward result "
+                          "for the inp they hold (qkvr, o and lse would be read uninitialised "
+                          "or stale)"}
+        for need in needs:
+            if need not in self.holds:
+                raise InputError(f"{what} needs {'the forward' if need == 'forward' else 'buf.' + need}: "
+                                 f"{how[need]}")
 
     def query_tiles(self):
         """The query tiles of the TILED backward kernels (query_tiles_shape), allocated on the
@@ -342,6 +373,7 @@ def _permute(name, n, *args):
 def fused_forward(buf, tf32=False):
     """Forward on ``buf``: reads inp; writes qkvr, o, lse, out."""
     tf32 = check_tf32(tf32)
+    buf.require("fused_forward", "inp")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     dims = (B, T, NH, HS)
@@ -351,6 +383,7 @@ def fused_forward(buf, tf32=False):
         grid, block, int(buf.o.gpudata), int(buf.lse.gpudata), q, k, v, T, _scale(HS),
         shared_size=shared)
     _permute("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)
+    buf.holds.add("forward")
 
 
 def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
@@ -360,6 +393,7 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     tf32 = check_precision(tf32, kernel)
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
+    buf.require("fused_backward", "forward", "dout")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     o, do, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "do", "lse", "D"))
@@ -390,7 +424,7 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
 
 
 def _checked_inputs(inp, n_head, tf32, kernel=FUSED_KERNEL):
-    B, T, C, NH = check_qkv(inp, n_head)
+    B, T, C, NH = check_qkv(inp, n_head, square=False)
     check_fused_shape(B, T, C, NH)
     check_precision(tf32, kernel)
     return B, T, C, NH

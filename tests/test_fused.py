@@ -79,7 +79,6 @@ def test_head_size_other_than_64_is_refused_before_the_gpu(gpu_forbidden, C, NH)
 def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
     inp, dout = make_inputs(2, 8, 128, 2)
     cases = [
-        (lambda: fused.gpu_fused_forward(np.ascontiguousarray(inp[:, :6]), 2), "multiple of 4"),
         (lambda: fused.gpu_fused_forward(inp, 2, tf32="yes"), "tf32 must be True"),
         (lambda: fused.gpu_fused_forward(inp, 2, tf32=1), "tf32 must be True"),
         (lambda: fused.gpu_fused_forward(inp.astype(np.float64), 2), "dtype"),
@@ -88,7 +87,6 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
         (lambda: fused.gpu_fused_backward(dout, np.ascontiguousarray(inp[:, :, :-3]), 2),
          "divisible"),
         (lambda: fused.gpu_fused_forward(inp[:, ::2], 2), "C-contiguous"),
-        (lambda: fused.FusedBuffers(2, 6, 128, 2), "multiple of 4"),
         (lambda: fused.FusedBuffers(1, 32768 * 64 + 4, 128, 2), "fused backward"),
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=8),
          r"fused backward kernel must be one of \[9, 10, 11, 12(, \d+)*\], got 8"),
@@ -98,6 +96,35 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
     for call, message in cases:
         with pytest.raises(InputError, match=message):
             call()
+
+
+@pytest.mark.parametrize("T", [1, 3, 6, 63, 65, 127, 129, 1031, 3001])
+def test_fused_path_takes_any_T_the_materialized_one_a_multiple_of_4(gpu_forbidden, T):
+    """The rule that T be a multiple of 4 belongs to the softmax kernels of the materialized
+    path (float4 rows, 4 rows per block); the fused kernels mask their rows: any T >= 1."""
+    from attnlab.checks import check_qkv, check_shape
+    inp, _ = make_inputs(1, T, 128, 2)
+    assert fused.check_fused_shape(1, T, 128, 2) == (1, T, 128, 2)
+    assert fused._checked_inputs(inp, 2, True, 13) == (1, T, 128, 2)
+    if T % 4:
+        for call in (lambda: check_shape(1, T, 128, 2), lambda: check_qkv(inp, 2)):
+            with pytest.raises(InputError, match=f"T must be a multiple of 4.*got T={T}"):
+                call()
+
+
+def test_other_head_sizes_are_refused_with_what_the_materialized_path_would_need(gpu_forbidden):
+    """HS != 64: the refusal says what the materialized pipeline (any head size) needs at
+    that shape, so that nobody is sent to a 200 GB allocation; and its 32-bit T*T limit."""
+    from attnlab.attention import bytes_needed
+    for B, T, C, NH in ((4, 16384, 1536, 12), (1, 64, 96, 3)):
+        need = bytes_needed(B, T, C, NH) / 2**30
+        with pytest.raises(InputError) as e:
+            fused.check_fused_shape(B, T, C, NH)
+        assert (f"at B={B} T={T} C={C} NH={NH} it needs {need:.2f} GiB of GPU memory"
+                in str(e.value))
+    assert bytes_needed(4, 16384, 1536, 12) > 190 * 2**30
+    with pytest.raises(InputError, match=r"T\*T = 2,500,000,000 is above its 32-bit limit"):
+        fused.check_fused_shape(1, 50000, 96, 3)
 
 
 def test_cli_backward_9_checks_before_the_gpu(gpu_forbidden):
@@ -322,6 +349,48 @@ def test_atomic_kernels_runs_differ_only_in_dq_and_by_rounding(small, kernel, tf
     for dinp in runs[1:]:
         assert np.array_equal(dinp[..., C:], runs[0][..., C:])         # dk, dv bit-identical
         assert np.abs(dinp[..., :C] - runs[0][..., :C]).max() <= 1e-5 * np.abs(runs[0]).max()
+
+
+ODD_T = [1, 3, 63, 65, 127, 129, 1031]    # partial tiles of 64 and 128 rows, and a lone row
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", ODD_T)
+@pytest.mark.parametrize("kernel, tf32", METHODS, ids=METHOD_IDS)
+def test_any_T_matches_reference(kernel, tf32, T):
+    """The fused kernels at T not a multiple of 4, 64 or 128 (T = 1: one query, one key),
+    against the CPU reference over whole tensors (out and dinp)."""
+    from attnlab import make_problem
+    check_against_reference(make_problem(B=2, T=T, C=128, NH=2), tf32, kernel)
+
+
+@pytest.mark.gpu
+def test_backward_before_forward_or_without_dout_is_refused_before_launching(small):
+    """FusedBuffers remember what they hold: fused_backward on buffers whose forward never ran
+    (or ran on an inp since replaced), or without dout, raises instead of reading
+    uninitialised qkvr, o, lse; fused_forward without inp likewise."""
+    with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
+        with pytest.raises(InputError, match=re.escape("fused_forward needs buf.inp: call "
+                                                       "buf.set('inp', inp) first")):
+            fused.fused_forward(buf)
+        buf.set("inp", small.inp)
+        buf.set("dout", small.dout)
+        for kernel in (9, 13):
+            with pytest.raises(InputError, match=re.escape(
+                    "fused_backward needs the forward: call fused_forward(buf) first")):
+                fused.fused_backward(buf, True, kernel)
+        fused.fused_forward(buf)
+        buf.set("inp", small.inp)           # a new inp: the forward's results are stale
+        with pytest.raises(InputError, match="call fused_forward"):
+            fused.fused_backward(buf)
+    with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
+        buf.set("inp", small.inp)
+        fused.fused_forward(buf)
+        with pytest.raises(InputError, match=re.escape(
+                "fused_backward needs buf.dout: call buf.set('dout', dout) first")):
+            fused.fused_backward(buf)
+        buf.set("dout", small.dout)
+        fused.fused_backward(buf)           # now it runs
 
 
 @pytest.mark.gpu
