@@ -108,14 +108,17 @@ flash_backward(float* __restrict__ dq, float* __restrict__ dk, float* __restrict
         if (i + 1 < n_other) {   // the next tile's loads run under this tile's products
             load_rows(rq, q, q0 + OTHER, T, HS);
             load_rows(rdo, dO, q0 + OTHER, T, HS);
-            if (threadIdx.x < OTHER && q0 + OTHER + threadIdx.x < T) {
-                next_lse = lse[q0 + OTHER + threadIdx.x] * LOG2E;
-                next_d = D[q0 + OTHER + threadIdx.x];
+            if (threadIdx.x < OTHER) {   // queries past T: 0, not the last tile's values
+                const bool in = q0 + OTHER + threadIdx.x < T;
+                next_lse = in ? lse[q0 + OTHER + threadIdx.x] * LOG2E : 0.f;
+                next_d = in ? D[q0 + OTHER + threadIdx.x] : 0.f;
             }
         }
 
         // S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys x the tile's 64 queries
         float s[32], p[32];
+        wg_hold(s);
+        wg_hold(p);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) wgmma64_ss(s, wg_desc(sKw + 64 * kk, HS), wg_desc(sQ + 64 * kk, HS), kk > 0);
@@ -123,6 +126,8 @@ flash_backward(float* __restrict__ dq, float* __restrict__ dk, float* __restrict
         for (int kk = 0; kk < 8; ++kk) wgmma64_ss(p, wg_desc(sVw + 64 * kk, HS), wg_desc(sdO + 64 * kk, HS), kk > 0);
         wg_commit();
         wg_wait<0>();
+        wg_hold(s);
+        wg_hold(p);
 
         // P^T and dS^T = P^T o (dP^T - D), rounded to TF32 (the A operands of dV and dK); dS to
         // shared memory for dQ. Element 4j + 2r + e: key k0 + krow + 8r, query q0 + 8j + 2t + e.
@@ -146,6 +151,8 @@ flash_backward(float* __restrict__ dq, float* __restrict__ dk, float* __restrict
         fence_async_shared();
 
         // dV += P^T dO and dK += dS^T Q: A from registers (k = t, t+4 are queries 2t, 2t+1)
+        wg_hold(dV);
+        wg_hold(dK);
         wg_fence();
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -164,11 +171,15 @@ flash_backward(float* __restrict__ dq, float* __restrict__ dk, float* __restrict
 
         // dQ (64 queries x the warpgroup's 32 dims) = dS K over the 128 keys, added to dq
         float dQ[16];
+        wg_hold(dQ);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < OWN / 8; ++kk) wgmma32_ss(dQ, wg_desc(sdS + 64 * kk, OWN), wg_desc(sKtw + 64 * kk, OWN), kk > 0);
         wg_commit();
         wg_wait<0>();
+        wg_hold(dV);
+        wg_hold(dK);
+        wg_hold(dQ);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int row = q0 + 16 * warp + g + 8 * r;

@@ -160,6 +160,8 @@ flash_backward(float* __restrict__ dinp, const float* __restrict__ tiles, const 
 
         // S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys x the tile's 64 queries
         float s[32], p[32];
+        wg_hold(s);
+        wg_hold(p);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) wgmma64_ss(s, wg_desc(sKw + 64 * kk, HS), wg_desc(sQ + 64 * kk, HS), kk > 0);
@@ -167,6 +169,8 @@ flash_backward(float* __restrict__ dinp, const float* __restrict__ tiles, const 
         for (int kk = 0; kk < 8; ++kk) wgmma64_ss(p, wg_desc(sVw + 64 * kk, HS), wg_desc(sdO + 64 * kk, HS), kk > 0);
         wg_commit();
         wg_wait<0>();
+        wg_hold(s);
+        wg_hold(p);
 
         // P^T and dS^T = P^T o (dP^T - D), rounded to TF32 (the A operands of dV and dK).
         // Element 4j + 2r + e: key k0 + krow + 8r, query q0 + 8j + 2t + e.
@@ -202,15 +206,18 @@ flash_backward(float* __restrict__ dinp, const float* __restrict__ tiles, const 
                                 // both warpgroups are done with Q and dO
         if (i + 1 < n_other) {  // the next tile's Q and dO, under this tile's products
             copy_half(sQ, tiles + (size_t)(i + 1) * TILE_FLOATS);
-            if (threadIdx.x < OTHER && q0 + OTHER + threadIdx.x < T) {
-                next_lse = lse[q0 + OTHER + threadIdx.x] * LOG2E;
-                next_d = D[q0 + OTHER + threadIdx.x];
+            if (threadIdx.x < OTHER) {   // queries past T: 0, not the last tile's values
+                const bool in = q0 + OTHER + threadIdx.x < T;
+                next_lse = in ? lse[q0 + OTHER + threadIdx.x] * LOG2E : 0.f;
+                next_d = in ? D[q0 + OTHER + threadIdx.x] : 0.f;
             }
         }
         cp_async_commit();
 
         // dV += P^T dO and dK += dS^T Q (A from registers: k = t, t+4 are queries 2t, 2t+1),
         // then dQ (64 queries x the warpgroup's 32 dims) = dS K over the 128 keys
+        wg_hold(dV);
+        wg_hold(dK);
         wg_fence();
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -229,6 +236,9 @@ flash_backward(float* __restrict__ dinp, const float* __restrict__ tiles, const 
         for (int kk = 0; kk < OWN / 8; ++kk) wgmma32_ss(dQ, wg_desc(sdS + 64 * kk, OWN), wg_desc(sKtw + 64 * kk, OWN), kk > 0);
         wg_commit();
         wg_wait<0>();
+        wg_hold(dV);
+        wg_hold(dK);
+        wg_hold(dQ);
 
         // dq += scale dQ: lane t even keeps row g (r = 0) and takes its partner's two dims of
         // it; odd keeps row g + 8. One float4 per 8 dims.
