@@ -1,4 +1,11 @@
-"""Shared pytest set-up: GPU tests are skipped, with the reason, where there is no GPU."""
+"""Shared pytest set-up: GPU tests are skipped, with the reason, where there is no GPU; under
+pytest-xdist, a test that measures the GPU's free memory runs while no other worker runs a GPU
+test."""
+import contextlib
+import fcntl
+import os
+import tempfile
+
 import pytest
 
 from attnlab.device import gpu_status
@@ -39,3 +46,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def _flock(path, mode):
+    with open(path, "a") as f:
+        fcntl.flock(f, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def gpu_memory_lock(request):
+    """GPU tests hold a shared lock on the GPU's memory, tests marked ``gpu_memory`` (they
+    compare free memory before and after) an exclusive one, across the pytest-xdist workers
+    of this machine: while one measures, no other worker allocates or frees. A turnstile lock
+    lets a waiting measurement in before later shared holders (no starvation)."""
+    if "gpu" not in request.keywords and "gpu_memory" not in request.keywords:
+        yield
+        return
+    base = os.path.join(tempfile.gettempdir(), f"attnlab-gpu-memory-{os.getuid()}")
+    exclusive = "gpu_memory" in request.keywords
+    with contextlib.ExitStack() as stack:
+        with _flock(base + ".turnstile", fcntl.LOCK_EX):
+            stack.enter_context(_flock(base + ".lock", fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+        yield

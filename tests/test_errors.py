@@ -284,6 +284,7 @@ def test_t_squared_must_fit_32_bit_offsets():
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_memory     # alone on the GPU's memory under pytest-xdist (tests/conftest.py)
 def test_attention_buffers_too_large_for_free_memory_says_so_before_allocating():
     from attnlab.device import free_memory
     free_before = free_memory()[0]

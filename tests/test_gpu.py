@@ -1,5 +1,4 @@
 """The GPU against the CPU reference, over whole tensors (skipped without a GPU)."""
-import os
 
 import numpy as np
 import pytest
@@ -133,11 +132,8 @@ def test_numpy_api(small):
     validate(dinp, small.dinp, "dinp", verbose=False)
 
 
+@pytest.mark.gpu_memory     # alone on the GPU's memory under pytest-xdist (tests/conftest.py)
 def test_repeated_calls_leave_gpu_memory_where_it_was(small):
-    # the GPU's free memory is shared: other pytest-xdist workers allocate and free while this
-    # runs (seen on the H200 in tools/fresh_venv_check.sh's -n 8 run: 555 MB less, then back)
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-        pytest.skip("free GPU memory is shared by the pytest-xdist workers: run without -n")
     from attnlab.device import free_memory
     attention.gpu_backward(small.dout, small.inp, small.NH)       # load modules, cuBLAS
     before = free_memory()[0]
