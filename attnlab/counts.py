@@ -163,10 +163,29 @@ def describe(c, ceilings=None, ms=None):
     return "\n".join(lines)
 
 
+FUSED_COUNTED_PRODUCTS = 5   # S (recomputed), dP, dV, dK, dQ: the products fused_flops counts
+
+
 def fused_flops(B, T, NH, HS):
-    """FLOPs of the causal attention backward as the FlashAttention papers count them:
-    forward 4·B·NH·T²·HS, halved for causal; backward 2.5x the forward."""
+    """THE FLOP count of the fused causal attention backward, the one the FlashAttention papers
+    use and every TFLOP/s of the fused kernels divides by the time: the forward is 4·B·NH·T²·HS
+    (two T×T×HS products), halved for causal; the backward is 2.5x that, 5·B·NH·T²·HS, i.e.
+    the FUSED_COUNTED_PRODUCTS products over the causal half. What a kernel executes on top of
+    it (more products, whole diagonal tiles) is fused_executed_flops."""
     return 2.5 * 4 * B * NH * T * T * HS / 2
 
 
-__all__ = ["Count", "count", "floors", "roof", "describe", "fused_flops"]
+def fused_executed_flops(B, T, NH, HS, products, tile=64):
+    """FLOPs a fused backward executes: ``products`` tile products of 2·tile·tile·HS on each
+    (query, key) tile pair at or below the diagonal, n(n+1)/2 pairs with n = ceil(T/tile), the
+    diagonal ones whole. Kernels 9 and 10 do 7 products (S and dP again in the dQ blocks),
+    kernels 11-13 FUSED_COUNTED_PRODUCTS; 3xTF32 runs 3 mma per product on top of that."""
+    for name, v in (("products", products), ("tile", tile)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r}: expected a positive int")
+    n = -(-T // tile)
+    return B * NH * n * (n + 1) // 2 * products * 2 * tile * tile * HS
+
+
+__all__ = ["Count", "count", "floors", "roof", "describe", "fused_flops", "fused_executed_flops",
+           "FUSED_COUNTED_PRODUCTS"]

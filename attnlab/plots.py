@@ -155,3 +155,107 @@ def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms
     ax.grid(True, axis="x", alpha=0.3, which="both")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     return fig
+
+
+# ---- notebook 13: the fused ladder, its roofs, and kernel 12's removed costs
+
+def fused_ladder_rows(T, kernels=(9, 10, 11, 12, 13), ladder=None, wgmma=None):
+    """Rows for ``plot_ladder`` from results/h200/fused_ladder.json at sequence length T, one per
+    method of ``kernels``: label, median/q1/q3 of the whole fused backward in ms, and ``roof`` =
+    the tensor-core FLOP/s it executes over the measured rate of its instruction (mma.sync for
+    kernels 9-11; wgmma, A in shared memory, results/h200/wgmma_rate.json, for 12-13); None
+    on CUDA cores. ``ladder``/``wgmma``: those files' dicts (loaded when None)."""
+    from . import report
+    from .fused import WGMMA_KERNELS
+    ladder = report.load("fused_ladder") if ladder is None else ladder
+    wgmma = report.load("wgmma_rate") if wgmma is None else wgmma
+    if str(T) not in ladder["speed"]:
+        raise ValueError(f"T={T!r}: fused_ladder.json has T = {', '.join(ladder['speed'])}")
+    rates = {"mma.sync": ladder["mma_tf32_roof"]["median"] / 1e12,
+             "wgmma": wgmma["wgmma_tflops"]["shared memory"]["median"]}
+    rows = []
+    for name in ladder["methods"]:
+        k, precision = int(name.split()[0][1:]), name.split()[1]
+        if k not in kernels:
+            continue
+        r = ladder["speed"][str(T)][name]
+        executed = r["executed_mma_tflops"]
+        rate = rates["wgmma" if k in WGMMA_KERNELS else "mma.sync"]
+        shown = "TF32" if precision == "tf32" else ("fp32" if k == 9 else "3xTF32")
+        rows.append({"label": f"kernel {k} {shown}", "median_ms": r["median_ms"],
+                     "q1_ms": r["q1_ms"], "q3_ms": r["q3_ms"],
+                     "roof": executed / rate if executed else None})
+    return rows
+
+
+def plot_rate_against_roofs(rows, title, unit="TFLOP/s"):
+    """Each row's rate as a bar (``rate``, with ``rate_lo``..``rate_hi`` as its IQR bar) and its
+    roofs as short horizontal marks across the bar (``roofs`` = {name: rate}; one legend entry
+    per name). Rows: dicts with label, rate, rate_lo, rate_hi, roofs."""
+    plt = _plt()
+    for r in rows:
+        if not r["rate_lo"] <= r["rate"] <= r["rate_hi"]:
+            raise ValueError(f"{r['label']}: rate {r['rate']} is not within its IQR "
+                             f"{r['rate_lo']}..{r['rate_hi']}")
+    fig, ax = plt.subplots(figsize=(9, 4.8), layout="constrained")
+    x = np.arange(len(rows))
+    rate = np.array([r["rate"] for r in rows])
+    ax.bar(x, rate, width=0.6, color="tab:blue", alpha=0.8, label=f"measured ({unit}; bars: IQR)")
+    ax.errorbar(x, rate, yerr=[rate - [r["rate_lo"] for r in rows],
+                               np.array([r["rate_hi"] for r in rows]) - rate],
+                fmt="none", ecolor="black", capsize=4)
+    for xi, v in zip(x, rate):
+        ax.annotate(f"{v:.3g}", (xi, v), textcoords="offset points", xytext=(0, -14), ha="center",
+                    color="white", fontweight="bold")
+    names = list(dict.fromkeys(n for r in rows for n in r["roofs"]))
+    styles = dict(zip(names, (("tab:red", "-"), ("tab:green", "--"), ("tab:purple", ":"),
+                              ("tab:brown", "-."))))
+    for name in names:
+        color, ls = styles[name]
+        for i, (xi, r) in enumerate(zip(x, rows)):
+            if name in r["roofs"]:
+                ax.hlines(r["roofs"][name], xi - 0.42, xi + 0.42, colors=color, linestyles=ls, lw=2.5,
+                          label=name if i == next(j for j, q in enumerate(rows) if name in q["roofs"])
+                          else None)
+                ax.annotate(f"{r['roofs'][name]:.3g}", (xi + 0.42, r["roofs"][name]), fontsize=8,
+                            color=color, va="center")
+    ax.set_xticks(x, [r["label"] for r in rows])
+    ax.set_ylabel(unit)
+    ax.set_ylim(0, 1.15 * max([*rate, *(v for r in rows for v in r["roofs"].values())]))
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_waterfall(start, steps, end, title, unit="ms"):
+    """A waterfall: the bar ``start`` = (label, value), each step = (label, change) floating from
+    the running total (decreases green, increases red), then the bar ``end`` = (label, value),
+    which must equal start plus the changes (to 0.1 %; add a step for any remainder)."""
+    plt = _plt()
+    total = start[1] + sum(d for _, d in steps)
+    if abs(total - end[1]) > 1e-3 * abs(end[1]):
+        raise ValueError(f"end={end!r}: start {start[1]:.4g} plus the steps is {total:.4g}; "
+                         f"add a step for the remainder")
+    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+    labels = [start[0], *(s[0] for s in steps), end[0]]
+    level = start[1]
+    ax.bar(0, start[1], color="tab:blue")
+    ax.annotate(f"{start[1]:.4g} {unit}", (0, start[1]), textcoords="offset points",
+                xytext=(0, 3), ha="center")
+    for i, (_, d) in enumerate(steps, 1):
+        ax.bar(i, d, bottom=level, color="tab:green" if d < 0 else "tab:red")
+        ax.annotate(f"{d:+.3g}", (i, max(level, level + d)), textcoords="offset points",
+                    xytext=(0, 3), ha="center")
+        ax.plot([i - 1.4, i + 0.4], [level, level], color="gray", lw=0.8, ls=":")
+        level += d
+    ax.bar(len(steps) + 1, end[1], color="tab:orange")
+    ax.annotate(f"{end[1]:.4g} {unit}", (len(steps) + 1, end[1]), textcoords="offset points",
+                xytext=(0, 3), ha="center")
+    ax.set_xticks(np.arange(len(labels)), labels, rotation=20, ha="right")
+    levels = np.cumsum([start[1], *(d for _, d in steps)])
+    ax.set_ylim(min(0, levels.min()), 1.12 * max(levels.max(), end[1]))
+    ax.set_ylabel(f"time ({unit})")
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig

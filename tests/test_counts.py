@@ -422,8 +422,28 @@ def test_describe_names_the_highest_floor():
 
 
 def test_fused_flops():
-    # 2.5 * 4 * B*NH*T^2*HS / 2 for causal attention
+    # 2.5 * 4 * B*NH*T^2*HS / 2 for causal attention: 5 products of 2*T^2*HS over the causal half
     assert counts.fused_flops(4, 1024, 12, 64) == 2.5 * 4 * 4 * 12 * 1024 * 1024 * 64 / 2
+    assert counts.fused_flops(1, 64, 1, 64) == counts.FUSED_COUNTED_PRODUCTS * 2 * 64 ** 3 / 2
+
+
+def test_fused_executed_flops_counts_visited_tile_pairs_whole():
+    # T=128: tiles 0 and 1, pairs (0,0), (1,0), (1,1); one 64x64x64 product is 2*64^3 FLOPs
+    assert counts.fused_executed_flops(1, 128, 1, 64, products=7) == 3 * 7 * 2 * 64 ** 3
+    # a partial last tile counts whole: T=65 is two tiles, as T=128
+    assert counts.fused_executed_flops(2, 65, 3, 64, 5) == counts.fused_executed_flops(2, 128, 3, 64, 5)
+    # for large T the whole diagonal tiles fade: 5 products -> the counted FLOPs
+    ratio = counts.fused_executed_flops(4, 16384, 12, 64, 5) / counts.fused_flops(4, 16384, 12, 64)
+    assert ratio == pytest.approx(257 / 256)
+    # kernel 9's 7 products: 7/5 of the count, plus the diagonal
+    assert counts.fused_executed_flops(4, 1024, 12, 64, 7) / counts.fused_flops(4, 1024, 12, 64) \
+        == pytest.approx(7 / 5 * 17 / 16)
+
+
+@pytest.mark.parametrize("kwargs", [{"products": 0}, {"products": 7.0}, {"tile": -64}])
+def test_fused_executed_flops_refuses_bad_counts(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        counts.fused_executed_flops(1, 128, 1, 64, **{"products": 7, **kwargs})
 
 
 # ------------------------------------------------------------------ bad input
