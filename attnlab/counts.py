@@ -182,7 +182,7 @@ def fused_executed_flops(B, T, NH, HS, products, tile=64):
     kernels 11-13 FUSED_COUNTED_PRODUCTS; 3xTF32 runs 3 mma per product on top of that."""
     for name, v in (("products", products), ("tile", tile)):
         if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}={v!r}: expected a positive int")
+            raise InputError(f"{name} must be a positive int, got {v!r}")
     n = -(-T // tile)
     return B * NH * n * (n + 1) // 2 * products * 2 * tile * tile * HS
 
