@@ -4,11 +4,11 @@ no GPU is needed); needs `pip install -e ".[site]"`:
     python tools/build_site.py            # -> site/_build/html/index.html
 
 Sphinx reads only below its source folder, so this copies README.md, notebooks/, docs/,
-kernels/ and site/{conf.py,index.md,_static} into site/_build/src, writes a page per kernel source,
-puts MathJax 3 into _static/mathjax (from $ATTNLAB_MATHJAX, a folder holding MathJax 3's
-es5/ files, or else from the npm registry with `npm pack`, once, cached in site/_build;
-without either, the pages load MathJax from a CDN and the build says so), then runs Sphinx
-with MyST-NB. Exit status: Sphinx's (0 when the site was built).
+kernels/, results/ and site/{conf.py,index.md,_static} into site/_build/src, writes a page
+per kernel source, puts MathJax 3 into _static/mathjax (from $ATTNLAB_MATHJAX, a folder
+holding MathJax 3's es5/ files, or else from the npm registry with `npm pack`, once, cached
+in site/_build; without either, the pages load MathJax from a CDN and the build says so),
+then runs Sphinx with MyST-NB. Exit status: Sphinx's (0 when the site was built).
 """
 import argparse
 import os
@@ -21,7 +21,9 @@ from importlib.util import find_spec
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENT = ["README.md", "notebooks", "docs", "kernels", "site/conf.py", "site/index.md",
+# results/: the measurements the notebooks read, so that a link to one of its files works on the
+# site too (Sphinx makes a link to a file that is no page a download)
+CONTENT = ["README.md", "notebooks", "docs", "kernels", "results", "site/conf.py", "site/index.md",
            "site/_static"]
 SKIP = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc", "conftest.py")
 MATHJAX = "mathjax@3.2.2"
