@@ -10,6 +10,7 @@ copyright = "attnlab's authors"
 extensions = ["myst_nb"]
 nb_execution_mode = "off"          # the stored outputs of the H200 run are the content
 nb_merge_streams = True            # one output block per cell, not one per print
+nb_render_markdown_format = "myst"   # markdown outputs (tables, ```cuda sources) as the cells are
 myst_enable_extensions = ["dollarmath", "amsmath"]   # $...$ and $$...$$ in the notebooks
 myst_heading_anchors = 3           # links such as errors.md#some-heading resolve
 exclude_patterns = ["README.md", "_build", "_static", "**/.ipynb_checkpoints", "**/solutions"]

@@ -92,6 +92,15 @@ def test_kernel_sources_are_highlighted_as_cuda_and_notebooks_link_to_each_other
         f"{KERNEL_NOTEBOOK}: its link to exercise 4 is not a link to that exercise's page"
 
 
+def test_markdown_tables_are_rendered_as_tables(site):
+    """Notebook 11's summary table is a text/markdown output: it must not show as raw pipes."""
+    html, _ = site
+    raw = {page: len(re.findall(r"<p>\|[^<]*\|", (html / page).read_text()))
+           for page in sorted(p.relative_to(html).as_posix() for p in html.rglob("*.html"))}
+    assert not any(raw.values()), f"markdown tables shown as text: { {p: n for p, n in raw.items() if n} }"
+    assert "<table" in (html / "notebooks/11_summary.html").read_text()
+
+
 def test_mathjax_is_served_by_the_site_itself(site):
     html, output = site
     if "no local MathJax" in output:
