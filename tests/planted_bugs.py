@@ -32,6 +32,29 @@ BUGS = {
         "e2_softmax_forward",
         "        float e = expf(scale * (x[t2] - maxval));",
         "        float e = expf(x[t2] - maxval);"),
+    # no maximum subtracted: exp(scale * x) overflows to inf on the checker's large logits
+    # (and underflows to 0 on its very negative rows): inf/inf and 0/0, NaN
+    "e2_no_max.cu": (
+        "e2_softmax_forward",
+        "        float e = expf(scale * (x[t2] - maxval));",
+        "        float e = expf(scale * x[t2]);"),
+    # the maximum started at 0: right on rows with a score above 0, NaN on rows whose scores
+    # are all far below 0 (every exp underflows)
+    "e2_max_from_0.cu": (
+        "e2_softmax_forward",
+        "    float maxval = -FLT_MAX;",
+        "    float maxval = 0.0f;"),
+    # right below the diagonal, but 0 written above it, which the spec leaves alone
+    "e2_writes_above_diagonal.cu": (
+        "e2_softmax_forward",
+        "    float* y = att + (size_t)row * T;",
+        "    float* y = att + (size_t)row * T; for (int t2 = t + 1; t2 < T; t2++) y[t2] = 0.0f;"),
+    # right below the diagonal, but 0 written above it in dpreatt
+    "e3_writes_above_diagonal.cu": (
+        "e3_kernel7_from_jacobian",
+        "    float* dpreatt_row = dpreatt + row;",
+        "    float* dpreatt_row = dpreatt + row; for (int t3 = t + 1 + threadIdx.x; t3 < T; "
+        "t3 += BLOCK_SIZE) dpreatt_row[t3] = 0.0f;"),
     # does not compile: a missing ';' (nvcc reports it on the next line, 40, and then that
     # S is undefined on lines 42 and 46)
     "e3_compile_error.cu": (

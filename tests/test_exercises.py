@@ -698,11 +698,11 @@ def fake_timing(median, spread=0.002, n=20):
 
 def test_speed_verdict_within_noise_when_the_quartile_ranges_overlap():
     yours, ref = fake_timing(0.100), fake_timing(0.1008)
-    assert timing.verdict(yours, ref) == "within noise"
+    assert timing.verdict(yours, ref) == "not resolved"
     line = timing.describe_time("your kernel", yours, ref, "kernel 8, block 128", "B=4 T=1024")
     (y1, y3), (r1, r3) = yours.quartiles_ms, ref.quartiles_ms
     assert (f"your kernel 0.1000 ms (IQR {y1:.4f}-{y3:.4f}), reference (kernel 8, block 128) "
-            f"0.1008 ms (IQR {r1:.4f}-{r3:.4f}): within noise") in line
+            f"0.1008 ms (IQR {r1:.4f}-{r3:.4f}): not resolved") in line
     assert line.startswith("time at B=4 T=1024 (median of 20, interleaved with the reference")
 
 
@@ -828,11 +828,11 @@ def test_the_verdict_reads_the_childs_report_and_times(tmp_path):
     same = list(np.linspace(0.099, 0.101, 20))
     r = judged(tmp_path, child_report(tmp_path, small, [right] * 3,
                                       dict(yours=same, reference=same)))
-    assert r.ok and r.kind == "ok" and r.timing["verdict"] == "within noise"
+    assert r.ok and r.kind == "ok" and r.timing["verdict"] == "not resolved"
     assert "dpreatt: right at B=2 T=260 C=192 NH=3: every element within 0.001" in r.message
     assert "the same in 3 runs" in r.message and "right at B=4 T=1024 C=768 NH=12 too" in r.message
     assert ("reference (kernel 8 at block size 128, its best on the NVIDIA H200 in "
-            "results/h200/kernels.json) 0.1000 ms (IQR 0.0995-0.1005): within noise") in r.message
+            "results/h200/kernels.json) 0.1000 ms (IQR 0.0995-0.1005): not resolved") in r.message
     faster = [t * 0.8 for t in same]
     r = judged(tmp_path, child_report(tmp_path, small, [right] * 3,
                                       dict(yours=faster, reference=same)))
@@ -885,7 +885,7 @@ def test_every_solution_passes_and_is_timed(key):
     assert r.timing["yours_ms"] > 0 and r.timing["reference_ms"] > 0
     assert re.search(r"interleaved with the reference.*reference \(.*\) \d+\.\d{4} ms"
                      r"( \(IQR \d+\.\d{4}-\d+\.\d{4}\))?: "
-                     r"(\d+\.\d\dx (slower|faster) \(range \d+\.\d\d-\d+\.\d\dx\)|within noise)",
+                     r"(\d+\.\d\dx (slower|faster) \(range \d+\.\d\d-\d+\.\d\dx\)|not resolved)",
                      r.message), r.message
     assert r.timing["verdict"] in r.message
     if key in ("e4_tune_kernel8", "e5_beat_kernel"):      # kernel 8 at its best block size
@@ -912,10 +912,19 @@ PLANTED_CASES = [
      ["above the diagonal (t2 > t)", "The causal mask is missing",
       "your softmax runs over the whole row"]),
     ("e2_missing_scale.cu", {}, "wrong", ["softmax(preatt), not softmax(scale * preatt)"]),
+    ("e2_no_max.cu", {}, "wrong", ["exp overflows: without the row's maximum m",
+                                   "NaN that your kernel computed"]),
+    ("e2_max_from_0.cu", {}, "wrong", ["your maximum starts at 0"]),
+    ("e2_writes_above_diagonal.cu", {}, "wrong",
+     ["(b=0, h=0, t=0, t2=1): expected left alone, got 0",
+      "all the wrong elements are above the diagonal (t2 > t), which your kernel must leave alone"]),
+    ("e3_writes_above_diagonal.cu", {}, "wrong",
+     ["(b=0, h=0, t=0, t2=1): expected left alone, got 0",
+      "all the wrong elements are above the diagonal (t2 > t), which your kernel must leave alone"]),
     ("e3_missing_scale.cu", {}, "wrong",
      ["8 times too large: the scale is missing"]),
     ("e3_missing_mask.cu", {}, "wrong",
-     ["above the diagonal (t2 > t), where dpreatt must stay 0", "causal mask"]),
+     ["above the diagonal (t2 > t), which your kernel must leave alone", "causal mask"]),
     ("e3_race.cu", {}, "race",
      ["results differ between run 1 and run", "a race", "__syncthreads()"]),
     ("e4_rows_not_written.cu", {"t_per_block": 4}, "wrong",
@@ -1018,7 +1027,7 @@ def test_sweep_of_kernel8(capsys):
     assert re.search(r"^reference \(kernel 8 at block size \d+, (its best|the fastest) on .*; "
                      r"4 rows per block\): \d+\.\d{4} ms \(IQR", out, re.M), out
     assert re.search(r"^fastest: block_size=\d+, t_per_block=\d+: \d+\.\d{4} ms, "
-                     r"(within noise of the reference|\d+\.\d\dx (faster|slower) \(range)", out, re.M), out
+                     r"(not resolved against the reference|\d+\.\d\dx (faster|slower) \(range)", out, re.M), out
     assert set(table) == {(128, 1), (128, 8), (256, 1), (256, 8)}
     assert all(ms is not None and ms > 0 for ms in table.values())
     wrong = ex.sweep_kernel8(planted("e4_rows_not_written.cu"), block_sizes=(256,),
@@ -1038,3 +1047,84 @@ def test_notebook_skeletons_fail_until_completed(key):
     with pytest.raises(ex.ExerciseFailed) as e:
         ex.check(key, src, timing=False, sanitize=False)
     assert e.value.result.kind == SKELETON_KINDS[key], str(e.value)
+
+
+# ------------------------------------------------- what the checkers must not let through (#24)
+
+def solution_softmax_float32(x, scale):
+    """The reference solution's arithmetic (notebooks/exercises/solutions/e2_softmax_forward.cu)
+    in float32: max over t2 <= t from -FLT_MAX, expf(scale * (x - max)), the sum, times 1/sum."""
+    T = x.shape[-1]
+    lower = np.tril(np.ones((T, T), bool))
+    m = np.where(lower, x, np.float32(-3.4028235e38)).max(-1, keepdims=True)
+    with np.errstate(over="ignore"):                    # above the diagonal: discarded
+        e = np.where(lower, np.exp(np.float32(scale) * (x - m), dtype=np.float32), np.float32(0))
+    return (e * (np.float32(1) / e.sum(-1, keepdims=True, dtype=np.float32))).astype(np.float32)
+
+
+def test_exercise_2_checks_logits_as_large_as_real_ones():
+    """At the validation shape, exp(scale * x) overflows to inf on every even row and
+    underflows to 0 on every odd row (so a softmax without the max, or with the max started
+    at 0, gives NaN), while the solution's float32 arithmetic stays within the tolerance."""
+    x = mistakes.realistic_preatt(SMALL)
+    scale = mistakes.head_scale(SMALL)
+    T = SMALL["T"]
+    lower = np.tril(np.ones((T, T), bool))
+    assert x.dtype == np.float32 and (x[..., ~lower] == mistakes.PREATT_JUNK).all()
+    with np.errstate(over="ignore"):
+        e = np.exp(np.float32(scale) * x, dtype=np.float32)
+    rows = np.where(lower, e, np.nan)
+    assert np.isinf(np.nanmax(rows[:, :, 0::2], -1)).all()          # every even row overflows
+    assert (np.nanmax(rows[:, :, 1::2], -1) == 0).all()             # every odd row underflows
+    expected = mistakes.realistic_att(SMALL)
+    got = solution_softmax_float32(x, scale)
+    got.view(np.uint32)[..., ~lower] = memory.UNTOUCHED_BITS       # the solution leaves them
+    assert not ex.mismatch_mask(got, expected, 1e-3).any()
+    assert np.isfinite(got[..., lower]).all()
+
+
+@pytest.mark.parametrize("mistake, phrase", [
+    ("no_scale", "softmax(preatt), not softmax(scale * preatt)"),
+    ("divided_by_scale", "you divided by scale instead of multiplying"),
+    ("no_max", "exp overflows: without the row's maximum m"),
+    ("max_from_0", "your maximum starts at 0"),
+    ("no_division", "without the division by their sum"),
+    ("writes_0_above", "which your kernel must leave alone"),
+])
+def test_exercise_2_names_each_usual_mistake(mistake, phrase):
+    x = mistakes.realistic_preatt(SMALL)
+    scale = mistakes.head_scale(SMALL)
+    T = SMALL["T"]
+    upper = ~np.tril(np.ones((T, T), bool))
+    expected = mistakes.realistic_att(SMALL)
+    if mistake == "writes_0_above":
+        got = solution_softmax_float32(x, scale)              # right below, 0 written above
+    else:
+        got = {"no_scale": solution_softmax_float32(x, 1.0),
+               "divided_by_scale": solution_softmax_float32(x, 1.0 / scale),
+               "no_max": mistakes._float32_softmax(x, scale, None),
+               "max_from_0": mistakes._float32_softmax(x, scale, 0.0),
+               "no_division": mistakes.softmax_candidates(SMALL)[-1][0]}[mistake].copy()
+        got.view(np.uint32)[..., upper] = memory.UNTOUCHED_BITS
+    n, lines, hints = ex.describe_mismatch("att", got, expected, AX4, 1e-3, causal=True,
+                                           scale=scale,
+                                           candidates=mistakes.softmax_candidates(SMALL))
+    assert n > 0
+    assert any(phrase in h for h in hints), (phrase, hints)
+    if mistake == "writes_0_above":
+        assert n == int(upper.sum()) * 2 * 3
+        assert "(b=0, h=0, t=0, t2=1): expected left alone, got 0" in "\n".join(lines)
+
+
+def test_causal_outputs_start_with_the_marker_above_the_diagonal_and_must_keep_it():
+    shape = (2, 3, 5, 5)
+    bits = memory.output_init(shape, "causal").reshape(shape)
+    upper = ~np.tril(np.ones((5, 5), bool))
+    assert (bits[..., upper] == memory.UNTOUCHED_BITS).all()
+    assert (bits[..., ~upper] == memory.POISON_BITS).all()
+    expected = memory.leave_alone_above_diagonal(np.ones(shape, np.float32))
+    got = bits.view(np.float32).copy()
+    got[..., ~upper] = 1.0                                    # right, and the marker kept
+    assert not ex.mismatch_mask(got, expected, 0.0).any()
+    got[0, 0, 1, 3] = 0.0                                     # one write above the diagonal
+    assert np.flatnonzero(ex.mismatch_mask(got, expected, 0.0)).tolist() == [8]

@@ -16,16 +16,18 @@ A checker never runs student code in the calling process. It
    group ended after ``timeout`` seconds) cannot harm the notebook's own context;
 3. in that subprocess, surrounds every buffer with 64 KiB guard zones of a NaN canary (an
    out-of-bounds write that does not crash is reported as "wrote N floats past the end of
-   ..."), fills the outputs with a NaN poison (elements never written show as such), and
+   ..."), fills the outputs with a NaN poison (elements never written show as such) and
+   the upper triangle of causal outputs with a marker the kernel must leave alone, and
    runs the kernel three times, with fresh poison and the GPU's shared memory scrambled
    before each run (results that differ point to a race);
 4. compares the result with the CPU reference over the whole tensor
    (``attnlab.validate.compare``) and recognises the usual mistakes: causal mask missing,
-   scale missing or doubled, rows never written, NaNs, right values in the wrong places
+   scale missing or doubled, the maximum not subtracted (exercise 2 checks with logits as
+   large as real ones) or started at 0, rows never written, NaNs, right values in the wrong places
    (a wrong index), and a few known wrong formulas per exercise;
 5. when the result is right, times the kernel interleaved with the series' own kernel on
    the same inputs (exercises 4 and 5: kernel 8, or ``beat``, at its best block size on this
-   GPU) and says "within noise" when the interquartile ranges overlap, else the ratio.
+   GPU) and says "not resolved" when the interquartile ranges overlap, else the ratio.
 
 A wrong kernel raises ``ExerciseFailed`` (an AssertionError), so a notebook cell, and nbval
 running it, fails; ``raises=False`` returns (and prints) the failing ``CheckResult``
@@ -59,7 +61,7 @@ from .declaration import check_signature, compile_check
 from .diagnosis import describe_mismatch, describe_runs, mismatch_mask
 from .faults import cuda_error_words, describe_guards
 from .jobs import run_job
-from .memory import GUARD_FLOATS, IN_GUARD_BITS, OUT_GUARD_BITS, POISON_BITS
+from .memory import GUARD_FLOATS, IN_GUARD_BITS, OUT_GUARD_BITS, POISON_BITS, UNTOUCHED_BITS
 from .results import CheckResult, ExerciseFailed
 from .sanitizer import find_sanitizer, sanitizer_findings
 from .solutions import (SOLUTIONS_DIR, SOLUTIONS_ENV, solution_config, solution_path,
@@ -74,6 +76,6 @@ __all__ = [
     "check_signature", "compile_check", "format_compile_error", "cell_line_offset",
     "describe_mismatch", "describe_runs", "mismatch_mask", "describe_guards",
     "cuda_error_words", "find_sanitizer", "sanitizer_findings", "run_job", "main",
-    "POISON_BITS", "OUT_GUARD_BITS", "IN_GUARD_BITS", "GUARD_FLOATS",
+    "POISON_BITS", "UNTOUCHED_BITS", "OUT_GUARD_BITS", "IN_GUARD_BITS", "GUARD_FLOATS",
     "AttnlabError", "InputError", "KernelCompileError", "NoGPUError",
 ]

@@ -60,12 +60,16 @@ def permute_case(shape):
 
 
 def softmax_case(shape, small):
-    p = mistakes.problem(shape)
     B, T, C, NH = shape.astuple()
     N = B * NH
-    cands = {"att": mistakes.softmax_candidates(shape)} if small else {}
-    return Case(shape.label, shape, dict(preatt=p.preatt), dict(att=((B, NH, T, T), "causal")),
-                dict(att=p.att), dict(att=("b", "h", "t", "t2")),
+    if small:     # validation: realistic logits, junk above the diagonal, the usual mistakes
+        preatt, att = mistakes.realistic_preatt(shape), mistakes.realistic_att(shape)
+        cands = {"att": mistakes.softmax_candidates(shape)}
+    else:         # timing: the series' inputs, as the reference kernel is timed on
+        preatt, att = mistakes.problem(shape).preatt, mistakes.causal_expected(shape, "att")
+        cands = {}
+    return Case(shape.label, shape, dict(preatt=preatt), dict(att=((B, NH, T, T), "causal")),
+                dict(att=att), dict(att=("b", "h", "t", "t2")),
                 dict(N=("i", N), T=("i", T), scale=("f", mistakes.head_scale(shape))),
                 ["att", "preatt", "scale", "N", "T"],
                 (ceil_div(N * T, 256), 1, 1), (256, 1, 1),
@@ -83,7 +87,8 @@ def backward_case(shape, small, grid, block, reference):
     B, T, C, NH = shape.astuple()
     cands = {"dpreatt": mistakes.backward_candidates(shape)} if small else {}
     return Case(shape.label, shape, dict(datt=p.datt, att=mistakes.att_with_junk(shape)),
-                dict(dpreatt=((B, NH, T, T), "causal")), dict(dpreatt=p.dpreatt),
+                dict(dpreatt=((B, NH, T, T), "causal")),
+                dict(dpreatt=mistakes.causal_expected(shape, "dpreatt")),
                 dict(dpreatt=("b", "h", "t", "t2")),
                 dict(B=("i", B), T=("i", T), C=("i", C), NH=("i", NH)),
                 ["dpreatt", "datt", "att", "B", "T", "C", "NH"],

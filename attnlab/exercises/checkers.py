@@ -160,8 +160,8 @@ def _sweep_lines(attempt, block_sizes, t_per_blocks, table, runs, repeats):
                  f"(IQR {q1:.4f}-{q3:.4f}, in the fastest variant's run)")
     v = verdict(yours, ref)
     y1, y3 = yours.quartiles_ms
-    against = (f"within noise of the reference (IQR {y1:.4f}-{y3:.4f} against {q1:.4f}-{q3:.4f})"
-               if v == "within noise" else f"{v} than the reference")
+    against = (f"not resolved against the reference (IQR {y1:.4f}-{y3:.4f} against {q1:.4f}-{q3:.4f})"
+               if v == "not resolved" else f"{v} than the reference")
     lines.append(f"fastest: block_size={bs}, t_per_block={tpb}: {yours.median_ms:.4f} ms, "
                  f"{against}")
     return lines

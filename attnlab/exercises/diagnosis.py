@@ -4,18 +4,26 @@ import itertools
 
 import numpy as np
 
-from ..validate import compare, within_tolerance
-from .memory import POISON_BITS
+from ..validate import within_tolerance
+from .memory import POISON_BITS, UNTOUCHED_BITS
 
 
 def _bits(a):
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
 
 
+def left_alone(expected):
+    """True where the expected value is the marker: the kernel must not have written there."""
+    return _bits(expected) == UNTOUCHED_BITS
+
+
 def mismatch_mask(got, expected, tol):
     """llm.c's rule, elementwise: True where got is wrong (a NaN is always wrong) and the
-    expected value is finite."""
-    return ~within_tolerance(got, expected, tol) & np.isfinite(expected)
+    expected value is finite; where it is the marker (memory.UNTOUCHED_BITS), True where got
+    is not that marker bit for bit (the kernel wrote where it must not)."""
+    keep = left_alone(expected)
+    wrong = ~within_tolerance(got, expected, tol) & np.isfinite(expected)
+    return np.where(keep, _bits(got) != UNTOUCHED_BITS, wrong)
 
 
 def close(a, b, tol):
@@ -80,7 +88,7 @@ def describe_mismatch(name, got, expected, axes, tol, *, causal=False, scale=Non
     """
     got = np.asarray(got, np.float32)
     expected = np.asarray(expected, np.float32)
-    if compare(got, expected, name, tol).ok:
+    if not mismatch_mask(got, expected, tol).any():
         return 0, [], []
     if poisoned is None:
         T = got.shape[-1]
@@ -91,9 +99,10 @@ def describe_mismatch(name, got, expected, axes, tol, *, causal=False, scale=Non
     lines = _mismatch_lines(name, got, expected, axes, tol, bad, unwritten, first)
     hints = _written_hints(name, got, expected, axes, bad, unwritten, poisoned, causal)
     hints += _value_hints(name, got, expected, axes, tol, bad, unwritten, scale, layouts)
+    untouched = left_alone(expected) & ~bad          # left alone, as it must be
     for cand, text in candidates:                    # known mistakes of this exercise
         # it explains the result where either differs from the expected values
-        sel = (bad | mismatch_mask(cand, expected, tol)) & ~unwritten
+        sel = (bad | mismatch_mask(cand, expected, tol)) & ~unwritten & ~untouched
         if sel.sum() and close(got[sel], cand[sel], tol).mean() >= 0.99:
             hints.append(text)
     return int(bad.sum()), lines, hints
@@ -102,7 +111,9 @@ def describe_mismatch(name, got, expected, axes, tol, *, causal=False, scale=Non
 def _mismatch_lines(name, got, expected, axes, tol, bad, unwritten, first):
     """The count of wrong elements, the first ones, the largest error, and where they lie."""
     rule = "must be exact" if tol == 0 else f"allowed error {tol:g} + |expected|*FLT_EPSILON"
-    err = np.where(bad & np.isfinite(got), np.abs(got.astype(np.float64) - expected), -1.0)
+    with np.errstate(invalid="ignore"):
+        err = np.where(bad & np.isfinite(got) & np.isfinite(expected),
+                       np.abs(got.astype(np.float64) - expected), -1.0)
     worst = int(np.argmax(err))
     largest = f", largest error {err.flat[worst]:.3g}" if err.flat[worst] >= 0 else ""
     lines = [f"{name}: {int(bad.sum())} of {got.size} elements wrong ({rule}){largest}",
@@ -110,8 +121,8 @@ def _mismatch_lines(name, got, expected, axes, tol, bad, unwritten, first):
     shown = first_true(bad, first)
     for i in shown:
         what = "never written" if unwritten.flat[i] else fmt(got.flat[i])
-        lines.append(f"    ({coords(got.shape, i, axes)}): expected {fmt(expected.flat[i])}, "
-                     f"got {what}")
+        want = "left alone" if left_alone(expected.flat[i]) else fmt(expected.flat[i])
+        lines.append(f"    ({coords(got.shape, i, axes)}): expected {want}, got {what}")
     if largest and worst not in shown:
         lines.append(f"  largest error at ({coords(got.shape, worst, axes)}): expected "
                      f"{fmt(expected.flat[worst])}, got {fmt(got.flat[worst])}")
@@ -154,9 +165,10 @@ def _causal_hints(name, bad, n_unwritten):
     if upper_bad.any():
         only = "all the wrong elements are" if not (bad & lower).any() else \
             f"{int(upper_bad.sum())} of the wrong elements are"
-        hints.append(f"{only} above the diagonal (t2 > t), where {name} must stay 0: your "
-                     f"kernel wrote there. The causal mask is missing: row t has only the "
-                     f"columns t2 <= t")
+        hints.append(f"{only} above the diagonal (t2 > t), which your kernel must leave "
+                     f"alone (in the series {name} holds 0 there; the checker puts a marker "
+                     f"there and it was overwritten): your kernel wrote there. The causal mask "
+                     f"is missing: row t has only the columns t2 <= t")
     diag = np.eye(T, dtype=bool)
     if (bad & lower).any() and not (bad & lower & ~diag).any() and not n_unwritten:
         hints.append("only the diagonal (t2 == t) is wrong: an off-by-one in a loop bound "

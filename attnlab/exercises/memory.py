@@ -5,6 +5,7 @@ so each says where a value came from."""
 import numpy as np
 
 POISON_BITS = 0x7FC0DEAD             # output elements before the kernel runs
+UNTOUCHED_BITS = 0x7FC0A1A1          # output elements the kernel must leave alone (t2 > t)
 OUT_GUARD_BITS = 0x7FC0FEED          # the guard zones around each output
 IN_GUARD_BITS = 0x7FC0BEAD           # the guard zones around each input
 GUARD_FLOATS = 16384                 # 64 KiB before and after every buffer
@@ -20,14 +21,26 @@ def host_template(body_bits, guard_bits, guard):
     return h
 
 
+def above_diagonal(T):
+    """True at (t, t2) with t2 > t: what a causal kernel must leave alone."""
+    return ~np.tril(np.ones((T, T), bool))
+
+
 def output_init(shape, init):
-    """An output's bits before the run: the poison, and 0.0 above the diagonal when causal."""
+    """An output's bits before the run: the poison, and when causal the marker above the
+    diagonal, which the kernel must leave as it is (the series' buffers hold 0 there)."""
     body = np.full(int(np.prod(shape)), POISON_BITS, np.uint32)
     if init == "causal":
-        T = shape[-1]
-        upper = ~np.tril(np.ones((T, T), bool))
-        body.reshape(shape)[..., upper] = 0          # 0.0f: the upper triangle stays 0
+        body.reshape(shape)[..., above_diagonal(shape[-1])] = UNTOUCHED_BITS
     return body
+
+
+def leave_alone_above_diagonal(expected):
+    """A copy of a causal output's expected values with the marker above the diagonal: there
+    the result must still hold it, bit for bit (diagnosis.mismatch_mask)."""
+    out = np.array(expected, dtype=np.float32)
+    out.view(np.uint32)[..., above_diagonal(out.shape[-1])] = UNTOUCHED_BITS
+    return out
 
 
 def guard_report(h, g, n, bits):

@@ -5,7 +5,7 @@ inputs, with L2 flushed before each run, so a drift of the GPU's clock falls on 
 softmax-backward reference of exercises 4 and 5 runs at its best block size on this GPU: the
 one in the committed results (results/h200/kernels.json) when this GPU is the one they were
 measured on and the shape is theirs, else the best of a sweep over the block sizes. The
-verdict is "within noise" when the two interquartile ranges overlap (``bench.overlap``),
+verdict is "not resolved" when the two interquartile ranges overlap (``bench.overlap``),
 else the ratio of the medians with its range (``bench.speedup``).
 """
 from pathlib import Path
@@ -43,10 +43,10 @@ def backward_reference(kernel, block_size="best"):
 
 
 def verdict(yours, reference):
-    """Your kernel against the reference (two bench.Timing): "within noise" when their
+    """Your kernel against the reference (two bench.Timing): "not resolved" when their
     interquartile ranges overlap, else "1.10x faster (range 1.05-1.15x)" or "... slower"."""
     if bench.overlap(yours, reference):
-        return "within noise"
+        return "not resolved"
     ratio, low, high = bench.speedup(reference, yours)        # > 1: yours is faster
     if ratio >= 1:
         return f"{ratio:.2f}x faster (range {low:.2f}-{high:.2f}x)"
@@ -59,13 +59,13 @@ def _iqr(t):
 
 
 def describe_time(who, yours, reference, label, shape_label):
-    """One line: both medians and the verdict; with both IQRs when it is within noise."""
+    """One line: both medians and the verdict; with both IQRs when it is not resolved."""
     head = (f"time at {shape_label} (median of {yours.repeats}, interleaved with the reference, "
             f"L2 flushed): ")
     v = verdict(yours, reference)
-    if v == "within noise":
+    if v == "not resolved":
         return (head + f"{who} {yours.median_ms:.4f} ms ({_iqr(yours)}), reference ({label}) "
-                f"{reference.median_ms:.4f} ms ({_iqr(reference)}): within noise (the "
+                f"{reference.median_ms:.4f} ms ({_iqr(reference)}): not resolved (the "
                 f"interquartile ranges overlap: run the check again before you believe a "
                 f"difference)")
     return (head + f"{who} {yours.median_ms:.4f} ms, reference ({label}) "
