@@ -176,6 +176,10 @@ ALLOWED = {
         {"time"},
         "counts from the shape and the launch table: 'row(s) per block' and 'barrier(s) per "
         "row' are plurals, not seconds; nothing is read from the device or the clock"),
+    ("13_fused_backward_ladder.ipynb", "T_BIG = 16384"): (
+        {"bandwidth / FLOP rate"},
+        "the one FLOP count (counts.fused_flops) and what kernels execute on top of it "
+        "(counts.fused_executed_flops), from the shape alone: TFLOP, not TFLOP/s"),
     ("12_fused_attention_backward.ipynb", "from attnlab.archs import LIMITS"): (
         {"occupancy / per SM", "compute capability / arch"},
         "'blocks per SM' per architecture, from attnlab.archs.LIMITS (the programming guide's "
