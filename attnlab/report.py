@@ -312,6 +312,7 @@ def _require(out, name):
 
 def command(args):
     """Run ``report`` with parsed arguments; returns the exit status."""
+    kernel_list = parse_list(args.kernels, "--kernels", KERNELS, int)   # before asking the GPU
     if args.out is None:
         args.out = str(results_dir() if args.readme else
                        results_dir(gpu_folder(device_info()["name"])))
@@ -323,7 +324,7 @@ def command(args):
             print(fused_table(args.out))
     elif args.ncu_only:
         _require(args.out, "kernels.json")
-        ncu_step(args.out, parse_list(args.kernels, "--kernels", KERNELS, int))
+        ncu_step(args.out, kernel_list)
     else:
         run(args.out, with_ncu=not args.no_ncu)
     return 0
