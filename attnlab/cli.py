@@ -5,12 +5,14 @@
     python -m attnlab forward [--B 4 --T 1024 --C 768 --NH 12] [--tf32] [--json]
     python -m attnlab backward N [...] [--repeats 10] [--block-sizes 32,64,...]
     python -m attnlab sanitize [--tools memcheck,...] [--shapes default,small] [--kernels 1,...]
+    python -m attnlab report [--out results/<gpu>]
 
 forward / backward N do what llm.c's main does: compute the CPU reference, run the GPU
-forward and validate it over whole tensors, run the backward with softmax-backward
-kernel N and validate it, then time every block size. Progress goes to stderr; the
-result goes to stdout (a table, or one JSON object with --json). The exit statuses are
-EXIT_STATUSES below.
+forward and validate it over whole tensors, run the backward with kernel N and validate it,
+then time every block size (a fused kernel, 9 and later: its one block size). Every argument
+is checked before any GPU work. Progress goes to stderr; the result goes to stdout (a table,
+or one JSON object with --json). The exit statuses are EXIT_STATUSES below; ``backward
+--help`` lists every kernel (attnlab.support).
 """
 import argparse
 import json
