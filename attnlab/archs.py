@@ -16,8 +16,10 @@ from .errors import InputError, KernelCompileError
 from .kernels import (ARCH_SPECIFIC, KERNEL_DIR, format_nvcc_error, nvcc_options, require_nvcc,
                       with_line)
 
-# T4, A100, RTX 30xx/A10, RTX 40xx/L4, H100/H200
-ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+# The architectures the kernels are built and checked for, and GPUs of each
+GPUS = {"sm_75": "T4, RTX 20xx", "sm_80": "A100", "sm_86": "RTX 30xx, A10",
+        "sm_89": "RTX 40xx, L4", "sm_90": "H100, H200"}
+ARCHS = tuple(GPUS)
 TF32_ARCHS = tuple(a for a in ARCHS if int(a[3:]) >= 80)     # flash_attention.cu with TF32=1
 # The architecture-specific target the sources of kernels.ARCH_SPECIFIC (wgmma) are built for:
 # it runs on sm_90 (H100/H200) only, whose limits it has (hardware()).
@@ -50,6 +52,12 @@ LIMITS = {
     "sm_89": Limits(99 * KB, 100 * KB, 48, 24),
     "sm_90": Limits(227 * KB, 228 * KB, 64, 32),
 }
+
+
+def compute_capability(arch):
+    """(major, minor) of an architecture: 'sm_90' -> (9, 0), 'sm_90a' -> (9, 0)."""
+    digits = hardware(arch)[3:]
+    return int(digits[:-1]), int(digits[-1])
 
 
 def hardware(arch):

@@ -110,21 +110,32 @@ def check_qkv(inp, n_head, dtypes=(np.float32,), gpu=True, square=True):
 
 
 def parse_list(text, option, allowed=None, convert=str):
-    """'a,b' -> ['a', 'b'] (order kept, duplicates dropped), each in ``allowed``."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
+    """'a,b' -> ['a', 'b'] (order kept), each in ``allowed``. An empty item ('64,,128', '64,')
+    and a value named twice are refused: both are typos more often than intentions."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not any(items):
         raise InputError(f"{option} must name at least one value, got {text!r}")
+    if not all(items):
+        raise InputError(f"{option} must be comma-separated values with none empty, got "
+                         f"{text!r} (two commas in a row, or a comma at an end)")
     out = []
     for item in items:
+        where = repr(item) if len(items) == 1 else f"{item!r} in {text!r}"
         try:
             value = convert(item)
         except InputError:
             raise
         except ValueError:
-            raise InputError(f"{option} must be comma-separated integers, got {text!r}") from None
+            raise InputError(f"{option} must be comma-separated integers, got {where}") from None
         if allowed is not None and value not in allowed:
             raise InputError(f"{option} must be a comma-separated subset of "
-                             f"{','.join(map(str, allowed))}, got {item!r} in {text!r}")
-        if value not in out:
-            out.append(value)
+                             f"{','.join(map(str, allowed))}, got {where}")
+        if value in out:
+            raise InputError(f"{option} must name each value once, got {value} twice in {text!r}")
+        out.append(value)
     return out
+
+
+def parse_block_sizes(text, option="--block-sizes"):
+    """'64,256' -> [64, 256]: parse_list of block sizes, each checked by check_block_size."""
+    return parse_list(text, option, None, lambda v: check_block_size(int(v), option))

@@ -5,23 +5,25 @@
     python -m attnlab forward [--B 4 --T 1024 --C 768 --NH 12] [--tf32] [--json]
     python -m attnlab backward N [...] [--repeats 10] [--block-sizes 32,64,...]
     python -m attnlab sanitize [--tools memcheck,...] [--shapes default,small] [--kernels 1,...]
+    python -m attnlab report [--out results/<gpu>]
 
 forward / backward N do what llm.c's main does: compute the CPU reference, run the GPU
-forward and validate it over whole tensors, run the backward with softmax-backward
-kernel N and validate it, then time every block size. Progress goes to stderr; the
-result goes to stdout (a table, or one JSON object with --json). The exit statuses are
-EXIT_STATUSES below.
+forward and validate it over whole tensors, run the backward with kernel N and validate it,
+then time every block size (a fused kernel, 9 and later: its one block size). Every argument
+is checked before any GPU work. Progress goes to stderr; the result goes to stdout (a table,
+or one JSON object with --json). The exit statuses are EXIT_STATUSES below; ``backward
+--help`` lists every kernel (attnlab.support).
 """
 import argparse
 import json
 import sys
 import traceback
 
-from .checks import (BLOCK_SIZES, KERNELS, check_block_size, check_int, check_kernel,
-                     check_shape, parse_list)
+from .checks import BLOCK_SIZES, KERNELS, check_int, check_kernel, check_shape, parse_block_sizes
 from .errors import (GPUMemoryError, InputError, NoGPUError, NvccNotFoundError, SetupError,
                      UnsupportedGPUError, ValidationError)
-from .fused import FUSED_KERNEL, FUSED_KERNELS
+from .fused import FUSED_KERNELS, TF32_ONLY
+from .support import kernel_lines
 from .validate import TF32_TOLERANCES, TOLERANCES, compare
 
 EXIT_STATUSES = """\
@@ -42,11 +44,6 @@ def _progress(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _block_sizes(text):
-    return parse_list(text, "--block-sizes", None,
-                      lambda v: check_block_size(int(v), "--block-sizes"))
-
-
 def parser():
     p = argparse.ArgumentParser(prog="python -m attnlab", description=__doc__.split("\n")[0],
                                 epilog=EXIT_STATUSES,
@@ -62,19 +59,19 @@ def parser():
     common.add_argument("--repeats", type=int, default=10, help="timed repeats per block size")
     common.add_argument("--warmup", type=int, default=2,
                         help="untimed calls before the repeats of each block size")
-    common.add_argument("--block-sizes", default=",".join(map(str, BLOCK_SIZES)),
-                        help="comma-separated block sizes to time (powers of two, 32..1024)")
+    common.add_argument("--block-sizes", default=None,
+                        help=f"comma-separated block sizes to time, each a power of two in "
+                             f"32..1024 (default: all, {','.join(map(str, BLOCK_SIZES))}); kernels "
+                             f"1-8 and forward only")
     common.add_argument("--tf32", action="store_true",
                         help="run the cuBLAS GEMMs in TF32 tensor-op math (llm.c's setting)")
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sub.add_parser("forward", parents=[common], help="validate and time the forward pass")
-    b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N")
-    b.add_argument("kernel", type=int, help=f"softmax-backward kernel {KERNELS[0]}-{KERNELS[-1]}, "
-                   f"or {FUSED_KERNEL}: the fused FlashAttention-2-style backward (fp32; with "
-                   f"--tf32 on tensor cores); 10: the fused backward with 32 rows per warp "
-                   f"(3xTF32 on tensor cores, fp32-accurate; with --tf32 one TF32 product); 11: "
-                   f"kernel 10 with dQ added by atomics (5 tile products instead of 7; not "
-                   f"bit-identical run to run)")
+    b = sub.add_parser("backward", parents=[common], help="validate and time backward kernel N",
+                       epilog="\n".join(kernel_lines()),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("kernel", type=int, help=f"the backward kernel, {KERNELS[0]}-"
+                                            f"{FUSED_KERNELS[-1]} (listed below)")
     from .sanitize import add_arguments as sanitize_arguments
     sanitize_arguments(sub.add_parser(
         "sanitize", help="run every kernel under compute-sanitizer (memcheck, racecheck, "
@@ -107,7 +104,7 @@ def info():
 
 
 def run(args):
-    """forward, backward 1-8 or backward 9-12 (fused): validate, then time; returns
+    """forward, backward 1-8 or a fused backward (9 and later): validate, then time; returns
     (result dict, {name: Report}, exit status)."""
     if args.command == "backward" and check_backward_kernel(args.kernel) in FUSED_KERNELS:
         return _run_fused(args)
@@ -121,7 +118,8 @@ def _run_pipeline(args):
     repeats = check_int("--repeats", args.repeats)
     warmup = check_int("--warmup", args.warmup, minimum=0)
     check_int("--seed", args.seed, minimum=0)
-    block_sizes = _block_sizes(args.block_sizes)
+    block_sizes = (list(BLOCK_SIZES) if args.block_sizes is None
+                   else parse_block_sizes(args.block_sizes))
     from . import attention, bench, problem
     from .buffers import check_fits
     from .device import device_info
@@ -159,9 +157,9 @@ def _run_pipeline(args):
 
 
 def _run_fused(args):
-    """``backward 9``-``12``: the fused kernels (attnlab.fused) with that backward, validated
+    """``backward 9`` and later: the fused kernels (attnlab.fused) with that backward, validated
     on out and dinp, then the backward timed; --tf32 selects the TF32 variant (kernel 12 has
-    no other). Each has one block size (fused.BACKWARD_THREADS), so --block-sizes is not used."""
+    no other). Each has one block size (fused.BACKWARD_THREADS): --block-sizes is refused."""
     from . import bench, fused
     from .device import device_info
     from .problem import make_problem
@@ -170,6 +168,13 @@ def _run_fused(args):
     warmup = check_int("--warmup", args.warmup, minimum=0)
     check_int("--seed", args.seed, minimum=0)
     kernel = args.kernel
+    if args.block_sizes is not None:
+        raise InputError(f"--block-sizes does not apply to backward {kernel}: a fused kernel runs "
+                         f"with one block size ({fused.BACKWARD_THREADS[kernel]} threads); got "
+                         f"--block-sizes {args.block_sizes!r}")
+    if kernel in TF32_ONLY and not args.tf32:
+        raise InputError(f"backward {kernel} runs in TF32 only: add --tf32 (python -m attnlab "
+                         f"backward {kernel} --tf32); for fp32 accuracy use backward 11 (3xTF32)")
     tf32 = fused.check_precision(bool(args.tf32), kernel)
     fused.check_supported(tf32, kernel)
     device = device_info()
@@ -194,7 +199,7 @@ def _run_fused(args):
 
 
 def _result(args, device, kernel, math, checks, timings, **extra):
-    """The JSON result of forward and backward 1-12, with its reports and exit status."""
+    """The JSON result of forward and backward N, with its reports and exit status."""
     from .bench import best
     ok = all(r.ok for r in checks.values())
     result = {

@@ -129,20 +129,31 @@ def pycuda():
     return Check("PyCUDA", True, f"PyCUDA {_version('pycuda')}")
 
 
-def cublas(gpu_ok):
-    """The check of scikit-cuda and its cuBLAS: the file found, and (with a GPU) the import."""
+def cublas():
+    """The check of cuBLAS: the file that attnlab.libraries finds for scikit-cuda."""
     try:
-        found = libraries.find_library("cublas")
+        return Check("cuBLAS", True, libraries.find_library("cublas"))
     except SetupError as e:
         return Check("cuBLAS", False, "no libcublas found", str(e))
-    if not gpu_ok:
-        return Check("cuBLAS", True, f"{found} (not loaded: the pieces above are missing)")
+
+
+def scikit_cuda(load):
+    """The check of scikit-cuda: installed (with the pkg_resources it imports), and, with
+    ``load`` (every piece above is there), loaded with its cuBLAS."""
+    missing = libraries.skcuda_not_installed()
+    if missing:
+        found = ("not installed" if missing[0] == "skcuda" else
+                 f"scikit-cuda {_version('scikit-cuda')} is installed, but not pkg_resources")
+        return Check("scikit-cuda", False, found, missing[1])
+    if not load:
+        return Check("scikit-cuda", True, f"scikit-cuda {_version('scikit-cuda')} installed "
+                                          f"(not loaded: the pieces above are missing)")
     try:
         skcuda = libraries.import_skcuda_cublas()
     except SetupError as e:
-        return Check("scikit-cuda", False, f"does not load with cuBLAS {found}", str(e))
+        return Check("scikit-cuda", False, "does not load with the cuBLAS above", str(e))
     return Check("scikit-cuda", True, f"scikit-cuda {_version('scikit-cuda')} with cuBLAS "
-                                      f"{skcuda._cublas_version} from {found}")
+                                      f"{skcuda._cublas_version}")
 
 
 def checks():
@@ -152,7 +163,8 @@ def checks():
     result += gpu_checks
     result.append(nvcc(driver, cc))
     result.append(pycuda())
-    result.append(cublas(all(c.ok for c in result)))
+    result.append(cublas())
+    result.append(scikit_cuda(all(c.ok for c in result)))
     return result
 
 

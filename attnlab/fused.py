@@ -54,6 +54,12 @@ BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256}
 WGMMA_KERNELS = (12, 13)
 TF32_ONLY = (12, 13)
 TILED = (13,)
+# Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
+ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
+         10: "128 rows per block, 32 per warp",
+         11: "kernel 10 with dQ added by atomics (5 tile products instead of 7)",
+         12: "on Hopper's warpgroup MMA (wgmma)",
+         13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly"}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.

@@ -18,6 +18,7 @@ found. scikit-cuda's own bindings then run on them: there is no second cuBLAS wr
 """
 import contextlib
 import ctypes
+import importlib.util
 import os
 import re
 import shutil
@@ -141,6 +142,26 @@ def _load_cublas_lt_beside(cublas):
             return
 
 
+# What to do when scikit-cuda, or the pkg_resources it imports, is not installed
+NOT_INSTALLED = {
+    "skcuda": "scikit-cuda is not installed: pip install 'attnlab[gpu]' (or pip install "
+              "scikit-cuda 'setuptools<82')",
+    "pkg_resources": "scikit-cuda 0.5.3 imports pkg_resources when it loads (skcuda/version.py), "
+                     "and this Python has none: setuptools 82 removed it, and Python 3.12+ "
+                     "virtual environments start without setuptools. pip install "
+                     "'setuptools<82' (pip install 'attnlab[gpu]' asks for it).",
+}
+
+
+def skcuda_not_installed():
+    """(module, what to do) for the first of scikit-cuda and its pkg_resources that is not
+    installed, or None; found without importing them (scikit-cuda's import loads CUDA)."""
+    for module, fix in NOT_INSTALLED.items():
+        if importlib.util.find_spec(module) is None:
+            return module, fix
+    return None
+
+
 def import_skcuda_cublas():
     """``skcuda.cublas``, loaded from the libraries find_library chose (and the driver's
     soname): SetupError saying what to install when a piece is missing."""
@@ -153,15 +174,8 @@ def import_skcuda_cublas():
             warnings.simplefilter("ignore")  # pkg_resources' and escape-sequence warnings
             from skcuda import cublas
     except ModuleNotFoundError as e:
-        if e.name == "skcuda":
-            raise SetupError("scikit-cuda is not installed: pip install 'attnlab[gpu]' (or "
-                             "pip install scikit-cuda 'setuptools<82')") from None
-        if e.name == "pkg_resources":
-            raise SetupError("scikit-cuda 0.5.3 imports pkg_resources when it loads "
-                             "(skcuda/version.py), and this Python has none: setuptools 82 removed "
-                             "it, and Python 3.12+ virtual environments start without setuptools. "
-                             "pip install 'setuptools<82' (pip install 'attnlab[gpu]' asks for "
-                             "it).") from None
+        if e.name in NOT_INSTALLED:
+            raise SetupError(NOT_INSTALLED[e.name]) from None
         raise
     except OSError as e:               # a file found above that the loader could not load
         raise SetupError(f"scikit-cuda could not load the CUDA libraries {files}: {e}") from None

@@ -268,13 +268,20 @@ def readme_tables(out=None):
     return "\n".join(lines)
 
 
-def fused_table(out=None):
-    """The README's fused-vs-PyTorch table, as Markdown, from fused_vs_torch.json."""
+FUSED_METHODS = (("k8 fp32", "kernel 8, fp32"), ("k8 tf32", "kernel 8, TF32"),
+                 ("fused fp32", "fused fp32"), ("fused tf32", "fused TF32"),
+                 ("torch", "PyTorch SDPA"))
+LADDER_METHODS = (("fused tf32", "9 TF32"), ("fused10 tf32", "10 TF32"), ("fused11 tf32", "11 TF32"),
+                  ("fused12 tf32", "12 TF32"), ("fused13 tf32", "13 TF32"), ("fused fp32", "9 fp32"),
+                  ("fused10 fp32", "10 3xTF32"), ("fused11 fp32", "11 3xTF32"),
+                  ("torch", "PyTorch SDPA fp32"))
+
+
+def fused_table(out=None, name="fused_vs_torch", methods=FUSED_METHODS):
+    """A README table of median ms per T, as Markdown, from benchmarks/fused_vs_torch.py's
+    ``name``.json: fused_vs_torch (FUSED_METHODS), or fused_ladder_vs_torch (LADDER_METHODS)."""
     out = Path(out) if out else results_dir()
-    rep = json.loads((out / "fused_vs_torch.json").read_text())
-    methods = (("k8 fp32", "kernel 8, fp32"), ("k8 tf32", "kernel 8, TF32"),
-               ("fused fp32", "fused fp32"), ("fused tf32", "fused TF32"),
-               ("torch", "PyTorch SDPA"))
+    rep = json.loads((out / f"{name}.json").read_text())
     lines = ["| T | " + " | ".join(label for _, label in methods) + " |",
              "|---" * (len(methods) + 1) + "|"]
     for T, row in sorted(rep["results"].items(), key=lambda kv: int(kv[0])):
@@ -289,6 +296,11 @@ def fused_table(out=None):
                 cells.append(r.get("status", "not run"))
         lines.append(f"| {T} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def ladder_table(out=None):
+    """The README's table of fused kernels 9-13 and PyTorch, from fused_ladder_vs_torch.json."""
+    return fused_table(out, "fused_ladder_vs_torch", LADDER_METHODS)
 
 
 def add_arguments(p):
@@ -312,18 +324,20 @@ def _require(out, name):
 
 def command(args):
     """Run ``report`` with parsed arguments; returns the exit status."""
+    kernel_list = parse_list(args.kernels, "--kernels", KERNELS, int)   # before asking the GPU
     if args.out is None:
         args.out = str(results_dir() if args.readme else
                        results_dir(gpu_folder(device_info()["name"])))
     if args.readme:
         _require(args.out, "kernels.json")
         print(readme_tables(args.out))
-        if (Path(args.out) / "fused_vs_torch.json").is_file():
-            print()
-            print(fused_table(args.out))
+        for name, table in (("fused_vs_torch", fused_table), ("fused_ladder_vs_torch", ladder_table)):
+            if (Path(args.out) / f"{name}.json").is_file():
+                print()
+                print(table(args.out))
     elif args.ncu_only:
         _require(args.out, "kernels.json")
-        ncu_step(args.out, parse_list(args.kernels, "--kernels", KERNELS, int))
+        ncu_step(args.out, kernel_list)
     else:
         run(args.out, with_ncu=not args.no_ncu)
     return 0

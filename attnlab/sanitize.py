@@ -32,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .checks import KERNELS, check_block_size, check_int, check_kernel, check_shape, parse_list
+from .checks import (KERNELS, check_block_size, check_int, check_kernel, check_shape,
+                     parse_block_sizes, parse_list)
 from .errors import AttnlabError, InputError, NoGPUError
 from .fused import BACKWARD_SOURCES
 from .launch import compiled_per_block_size
@@ -434,13 +435,13 @@ def _execute_all(o, jobs):
 def run(args):
     """``python -m attnlab sanitize``: the exit status (0 clean, 1 errors, 2 cannot run)."""
     try:
-        o, exe = _options(args), find_sanitizer()
-        from .device import gpu_status
-        ok, why = gpu_status()
-        if not ok:
-            raise NoGPUError(f"python -m attnlab sanitize needs a CUDA GPU: {why}")
-    except (InputError, NoGPUError, SanitizerNotFoundError) as e:
+        o = _options(args)
+    except InputError as e:
         print(f"attnlab: {e}", file=sys.stderr)
+        return 2
+    exe, missing = _sanitizer_and_gpu()
+    if missing:
+        print(f"attnlab: {'; and '.join(missing)}", file=sys.stderr)
         return 2
     version, plans, skipped = sanitizer_version(exe), {}, []
     for name, shape in () if o.self_test else o.shapes:
@@ -471,6 +472,17 @@ def run(args):
         out.update(native_steps=target_records(f.stdout), not_run=uncovered_sources(results))
     print(json.dumps(out, indent=2) if o.json else _summary(out, results))
     return 0 if out["ok"] else 1
+
+
+def _sanitizer_and_gpu():
+    """(compute-sanitizer's path or None, [what is missing: the GPU, the sanitizer])."""
+    from .device import gpu_status
+    ok, why = gpu_status()
+    missing = [] if ok else [f"python -m attnlab sanitize needs a CUDA GPU: {why}"]
+    try:
+        return find_sanitizer(), missing
+    except SanitizerNotFoundError as e:
+        return None, missing + [str(e)]
 
 
 def _summary(out, results):
@@ -533,16 +545,13 @@ def _options(args):
                                                    "--shapes")]
     o.kernels = parse_list(args.kernels, "--kernels", None,
                            lambda v: check_kernel(_int(v), name="--kernels"))
-    o.block_sizes = _block_sizes(args.block_sizes, "--block-sizes")
+    o.block_sizes = parse_block_sizes(args.block_sizes, "--block-sizes")
     none = str(args.extra_block_sizes).strip().lower() in ("", "none")
-    o.extra_block_sizes = [] if none else _block_sizes(args.extra_block_sizes, "--extra-block-sizes")
+    o.extra_block_sizes = [] if none else parse_block_sizes(args.extra_block_sizes,
+                                                          "--extra-block-sizes")
     o.extra = parse_extra(args.extra)
     o.jobs, o.timeout = check_int("--jobs", args.jobs), check_int("--timeout", args.timeout)
     return o
-
-
-def _block_sizes(text, option):
-    return parse_list(text, option, None, lambda v: check_block_size(_int(v), option))
 
 
 def _int(text):

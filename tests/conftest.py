@@ -1,6 +1,7 @@
-"""Shared pytest set-up: GPU tests are skipped, with the reason, where there is no GPU; under
-pytest-xdist, a test that measures the GPU's free memory runs while no other worker runs a GPU
-test."""
+"""Shared pytest set-up: GPU tests are skipped, with the reason, where there is no GPU; the
+fixtures ``forbid_gpu`` (any GPU use fails the test) and ``no_gpu`` (this process sees none);
+under pytest-xdist, a test that measures the GPU's free memory runs while no other worker runs
+a GPU test."""
 import contextlib
 import fcntl
 import os
@@ -8,6 +9,7 @@ import tempfile
 
 import pytest
 
+from attnlab import device, gemm, kernels
 from attnlab.device import gpu_status
 from attnlab.problem import DEFAULT, SMALL  # noqa: F401 (tests import them from here)
 
@@ -24,6 +26,25 @@ def default():
     """Inputs and CPU reference at DEFAULT."""
     from attnlab import make_problem
     return make_problem(**DEFAULT)
+
+
+@pytest.fixture
+def forbid_gpu(monkeypatch):
+    """Any CUDA use fails the test: proof that an error came from the argument checks."""
+    def touched(*a, **k):
+        raise AssertionError("the GPU was used before the arguments were checked")
+    monkeypatch.setattr(device, "gpu_status", touched)
+    monkeypatch.setattr(gemm, "_handle", None)
+    monkeypatch.setattr(gemm, "_cublas", None)
+    monkeypatch.setattr(kernels, "load", touched)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This process sees no GPU (on a GPU host too)."""
+    monkeypatch.setattr(device, "gpu_status", lambda: (False, "no GPU in this test"))
+    monkeypatch.setattr(gemm, "_handle", None)
+    monkeypatch.setattr(gemm, "_cublas", None)
 
 
 def pytest_addoption(parser):

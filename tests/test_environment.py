@@ -1,7 +1,9 @@
 """The environment check (python -m attnlab env, notebook 00's first cell) on a machine where
 every piece is missing: one MISSING line per piece, each with what to do (no GPU needed)."""
+import importlib.machinery
 import io
 import sys
+import types
 
 import pytest
 
@@ -21,6 +23,14 @@ def nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "nvidia" not in p])
     monkeypatch.setitem(sys.modules, "pycuda", None)
     monkeypatch.setitem(sys.modules, "pycuda.driver", None)
+    monkeypatch.setitem(sys.modules, "skcuda", None)
+
+
+def installed(monkeypatch, name):
+    """``name`` is found by importlib.util.find_spec (as if installed), without being imported."""
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    monkeypatch.setitem(sys.modules, name, module)
 
 
 def test_everything_missing_says_what_to_do_for_each_piece(nothing):
@@ -29,12 +39,14 @@ def test_everything_missing_says_what_to_do_for_each_piece(nothing):
     text = out.getvalue()
     missing = {line.split(":")[0].split(None, 1)[1] for line in text.splitlines()
                if line.startswith("MISSING")}
-    assert missing == {"NVIDIA driver", "GPU", "nvcc", "PyCUDA", "cuBLAS"}, text
-    assert text.count("what to do:") == 5
+    assert missing == {"NVIDIA driver", "GPU", "nvcc", "PyCUDA", "cuBLAS", "scikit-cuda"}, text
+    assert text.count("what to do:") == 6
     assert "install the NVIDIA driver" in text
     assert "install the CUDA toolkit and put its bin/ on PATH" in text
     assert "pip install pycuda" in text
     assert "Looked for libcublas.so, libcublas.so.13, libcublas.so.12" in text
+    assert "MISSING  scikit-cuda: not installed\n" in text
+    assert "what to do: scikit-cuda is not installed: pip install 'attnlab[gpu]'" in text
     assert text.splitlines()[0].startswith("ok       Python: Python 3.")
     assert text.rstrip().endswith("cannot run until the pieces marked MISSING are there")
 
@@ -60,3 +72,22 @@ def test_an_nvcc_that_cannot_build_for_the_gpu_is_refused(monkeypatch):
     assert environment.nvcc(driver=(13, 0), cc=(7, 5)).ok
     check = environment.nvcc(driver=(13, 0), cc=(6, 1))
     assert not check.ok and "cannot build for sm_61" in check.found
+
+
+def test_scikit_cuda_has_its_line_without_a_gpu(nothing, monkeypatch):
+    """Installed but not loadable here (no GPU): still one line, ok, saying it was not loaded."""
+    installed(monkeypatch, "skcuda")
+    installed(monkeypatch, "pkg_resources")
+    out = io.StringIO()
+    environment.report(out)
+    lines = [ln for ln in out.getvalue().splitlines() if "scikit-cuda:" in ln]
+    assert len(lines) == 1 and lines[0].startswith("ok       scikit-cuda: scikit-cuda "), lines
+    assert lines[0].endswith("installed (not loaded: the pieces above are missing)")
+
+
+def test_scikit_cuda_without_pkg_resources_is_missing(nothing, monkeypatch):
+    installed(monkeypatch, "skcuda")
+    monkeypatch.setitem(sys.modules, "pkg_resources", None)
+    check = environment.scikit_cuda(load=False)
+    assert not check.ok and check.found.endswith("is installed, but not pkg_resources")
+    assert "pip install 'setuptools<82'" in check.fix

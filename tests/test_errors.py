@@ -2,13 +2,13 @@
 bad input. Every message must name the argument, the value received and what was expected.
 
 Most rows run anywhere: the arguments are checked before any CUDA call, and the
-``forbid_gpu`` fixture proves it (any GPU use fails the test with an AssertionError, on a GPU
-host too). Rows about a missing GPU monkeypatch ``attnlab.device.gpu_status``. Rows that need
+``forbid_gpu`` fixture (tests/conftest.py) proves it (any GPU use fails the test with an
+AssertionError, on a GPU host too). Rows about a missing GPU use ``no_gpu``, which monkeypatches
+``attnlab.device.gpu_status``. The command line's rows are tests/test_cli.py. Rows that need
 a real GPU are marked ``gpu``. Rows that document a gap (a known bad behaviour, owned by
 another file) are ``xfail(strict=True)``: they start failing the day the gap is fixed, to
 have their mark removed.
 """
-import os
 import re
 import subprocess
 import sys
@@ -23,7 +23,6 @@ from attnlab import (AttnlabError, GPUMemoryError, InputError, KernelCompileErro
                      reference)
 from attnlab import compare, make_inputs, make_problem, validate
 from attnlab.checks import check_shape
-from attnlab.fused import FUSED_KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 INP = np.random.default_rng(0).uniform(-1, 1, (2, 8, 18)).astype(np.float32)   # B=2 T=8 C=6
@@ -44,30 +43,6 @@ def strided(a):
     wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
     wide[..., ::2] = a
     return wide[..., ::2]
-
-
-@pytest.fixture
-def forbid_gpu(monkeypatch):
-    """Any CUDA use fails the test: proof that an error came from the argument checks."""
-    def touched(*a, **k):
-        raise AssertionError("the GPU was used before the arguments were checked")
-    monkeypatch.setattr(device, "gpu_status", touched)
-    monkeypatch.setattr(gemm, "_handle", None)
-    monkeypatch.setattr(gemm, "_cublas", None)
-    monkeypatch.setattr(kernels, "load", touched)
-
-
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """This process sees no GPU (on a GPU host too)."""
-    monkeypatch.setattr(device, "gpu_status", lambda: (False, "no GPU in this test"))
-    monkeypatch.setattr(gemm, "_handle", None)
-    monkeypatch.setattr(gemm, "_cublas", None)
-
-
-def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "attnlab", *args], capture_output=True,
-                          text=True, env=dict(os.environ, **(env or {})), cwd=ROOT, timeout=600)
 
 
 # ------------------------------------------------------------ inp: shared by the reference and GPU
@@ -601,121 +576,13 @@ def test_compare_tol_must_be_a_number():
         compare(np.zeros(1), np.zeros(1), "x", "1e-3")
 
 
-# ------------------------------------------------------------ the command line
-
-LAST_FUSED = FUSED_KERNELS[-1]
-KERNEL_RANGE = (f"attnlab: kernel must be 1-{LAST_FUSED} (1-8: the softmax-backward kernels, "
-                f"9-{LAST_FUSED}: the fused backward), got ")
-
-
-@pytest.mark.parametrize("args, message", [
-    pytest.param(["backward", "0"], KERNEL_RANGE + "0", id="cli-kernel"),
-    pytest.param(["backward", str(LAST_FUSED + 1)], KERNEL_RANGE + str(LAST_FUSED + 1),
-                 id="cli-kernel-past-fused"),
-    pytest.param(["backward", "x"], "argument kernel: invalid int value: 'x'", id="cli-kernel-type"),
-    pytest.param(["forward", "--T", "1022"], "T must be a multiple of 4", id="cli-t4"),
-    pytest.param(["forward", "--C", "770"], "C must be divisible by NH (C=770, NH=12",
-                 id="cli-heads"),
-    pytest.param(["forward", "--B", "0"], "B must be >= 1, got 0", id="cli-zero"),
-    pytest.param(["forward", "--B", "4.5"], "argument --B: invalid int value: '4.5'", id="cli-int"),
-    pytest.param(["forward", "--B", "8192", "--T", "4"], "B*NH must be at most 65535",
-                 id="cli-grid"),
-    pytest.param(["forward", "--block-sizes", "32,48"], "--block-sizes must be a power of two in "
-                 "32..1024 (32, 64, 128, 256, 512, 1024), got 48", id="cli-block-sizes"),
-    pytest.param(["forward", "--block-sizes", "x"], "--block-sizes must be comma-separated "
-                 "integers, got 'x'", id="cli-block-sizes-text"),
-    pytest.param(["forward", "--repeats", "0"], "--repeats must be >= 1, got 0", id="cli-repeats"),
-    pytest.param(["fwd"], "invalid choice: 'fwd'", id="cli-command"),
-    pytest.param(["forward", "--bogus"], "unrecognized arguments: --bogus", id="cli-option"),
-])
-def test_cli_bad_arguments_exit_2(args, message):
-    p = cli(*args)
-    assert p.returncode == 2, p.stderr
-    assert message in p.stderr and p.stdout == ""
-
-
-@pytest.mark.parametrize("command", [["info"], ["forward"], ["backward", "8"]],
-                         ids=["info", "forward", "backward"])
-def test_cli_without_a_gpu_exits_2(command):
-    p = cli(*command, env={"CUDA_VISIBLE_DEVICES": ""} if device.has_gpu() else None)
-    if device.has_gpu() and p.returncode == 0:
-        pytest.skip("CUDA_VISIBLE_DEVICES='' did not hide this machine's GPU")
-    assert p.returncode == 2
-    assert re.fullmatch(r"attnlab: .+ needs a CUDA GPU: .+\n", p.stderr) and p.stdout == ""
-
-
-def test_cli_checks_seed_before_the_gpu(no_gpu, capsys):
-    """--seed is checked with the other arguments, before the GPU is asked for (the no_gpu
-    fixture: the exit status 2 comes from the seed, not from the missing GPU)."""
-    from attnlab.cli import main
-    assert main(["forward", "--seed", "-1"]) == 2
-    assert "seed must be >= 0, got -1" in capsys.readouterr().err
-
-
-def test_cli_checks_gpu_memory_before_the_cpu_reference(monkeypatch, capsys):
-    """forward/backward check that the buffers fit in the GPU's free memory before computing
-    the CPU reference (hours, or a host MemoryError, at big shapes)."""
-    from attnlab import cli, problem
-    fake = dict(name="Fake GPU", arch="sm_90", sms=1, driver_version="13.0", cuda_version="13.0",
-                memory_free_bytes=2**30, memory_total_bytes=2**30, l2_cache_bytes=2**20)
-    monkeypatch.setattr(device, "device_info", lambda: fake)
-
-    def reference_first(*a, **k):
-        raise AssertionError("the CPU reference was computed before the GPU memory check")
-    monkeypatch.setattr(problem, "make_problem", reference_first)
-    assert cli.main(["forward", "--B", "16", "--T", "16384"]) == 2
-    assert "GiB) of GPU memory" in capsys.readouterr().err
-
-
-@pytest.mark.gpu
-def test_cli_without_nvcc_exits_2_naming_it():
-    """A missing nvcc is a piece missing here (exit 2), said in one line, not a traceback."""
-    p = cli("forward", "--B", "1", "--T", "8", "--C", "6", "--NH", "2", "--repeats", "1",
-            env={"PATH": ""})
-    assert p.returncode == 2, p.stderr
-    assert "attnlab: nvcc is not on PATH" in p.stderr
-    assert "Traceback" not in p.stderr
-
-
-def test_cli_internal_error_exits_3_saying_how_to_report(monkeypatch, capsys):
-    """An exception attnlab did not mean to raise is its own bug: status 3 (1 means a wrong
-    result), the traceback, 'internal error' and where to report it."""
-    from attnlab import cli as cli_module
-
-    def planted_bug():
-        raise ZeroDivisionError("planted")
-    monkeypatch.setattr(cli_module, "info", planted_bug)
-    assert cli_module.main(["info"]) == 3
-    err = capsys.readouterr().err
-    assert "ZeroDivisionError: planted" in err and "Traceback" in err
-    assert "internal error" in err and "Reporting a bug" in err
-
-
-def test_cli_a_wrong_result_raised_as_validation_error_exits_1(monkeypatch, capsys):
-    from attnlab import ValidationError
-    from attnlab import cli as cli_module
-
-    def wrong():
-        raise ValidationError("dinp: 3 of 12 elements outside tol")
-    monkeypatch.setattr(cli_module, "info", wrong)
-    assert cli_module.main(["info"]) == 1
-    assert capsys.readouterr().err == "attnlab: dinp: 3 of 12 elements outside tol\n"
-
-
-def test_cli_help_lists_the_exit_statuses():
-    p = cli("--help")
-    assert p.returncode == 0
-    for status in ("0  everything ran", "1  a result was wrong", "2  could not run here",
-                   "3  internal error"):
-        assert status in p.stdout
-
-
 # ------------------------------------------------------------ docs/errors.md has a test per row
 
 def collected_ids():
     """Every test id in the test files docs/errors.md cites, as pytest collects them."""
     p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
-                        "no:cacheprovider", "tests/test_errors.py", "tests/test_sanitize.py",
+                        "no:cacheprovider", "tests/test_errors.py", "tests/test_cli.py",
+                        "tests/test_sanitize.py",
                         "tests/test_fused.py", "tests/test_exercises.py",
                         "tests/test_libraries.py", "tests/test_environment.py",
                         "tests/test_bench_stats.py"],

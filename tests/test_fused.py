@@ -150,7 +150,8 @@ def test_cli_backward_9_checks_before_the_gpu(gpu_forbidden):
 @pytest.mark.parametrize("kernel", fused.TF32_ONLY)
 def test_tf32_only_kernels_refuse_fp32_before_the_gpu(gpu_forbidden, capsys, kernel):
     """Kernel 12 (and any later TF32_ONLY kernel) has no fp32 variant: tf32=False is an
-    InputError from the functions and the command line, before any CUDA call."""
+    InputError from the functions, and the command line says to add --tf32, before any CUDA
+    call."""
     inp, dout = make_inputs(1, 64, 128, 2)
     message = TF32_ONLY_MESSAGE.format(kernel)
     for call in (lambda: fused.gpu_fused_backward(dout, inp, 2, tf32=False, kernel=kernel),
@@ -158,13 +159,15 @@ def test_tf32_only_kernels_refuse_fp32_before_the_gpu(gpu_forbidden, capsys, ker
                  lambda: fused.check_precision(False, kernel)):
         with pytest.raises(InputError, match=re.escape(message)):
             call()
+    cli_message = (f"backward {kernel} runs in TF32 only: add --tf32 (python -m attnlab backward "
+                   f"{kernel} --tf32); for fp32 accuracy use backward 11 (3xTF32)")
     args = argparse.Namespace(command="backward", kernel=kernel, B=1, T=64, C=128, NH=2, seed=0,
                               warmup=2, repeats=3, tf32=False, block_sizes=None)
-    with pytest.raises(InputError, match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(cli_message)):
         cli.run(args)
     assert cli.main(["backward", str(kernel), "--B", "1", "--T", "64", "--C", "128",
                      "--NH", "2"]) == 2
-    assert capsys.readouterr().err == f"attnlab: {message}\n"
+    assert capsys.readouterr().err == f"attnlab: {cli_message}\n"
     assert fused.check_precision(True, kernel) is True and fused.check_precision(False, 11) is False
 
 

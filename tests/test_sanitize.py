@@ -397,23 +397,44 @@ def test_cli_exits_1_and_shows_the_errors(fake_gpu_host, capsys):
     assert set(out) >= {"sanitizer", "version", "ok", "skipped", "runs", "native_steps", "not_run"}
 
 
-def test_cli_without_compute_sanitizer_exits_2(monkeypatch, tmp_path, capsys):
+NO_SANITIZER = ("compute-sanitizer not found on PATH (it ships with the CUDA toolkit: "
+                "/usr/local/cuda/bin)")
+
+
+@pytest.fixture
+def no_sanitizer(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(sanitize, "SANITIZER_DIRS", (str(tmp_path),))
+
+
+def gpu_here(monkeypatch, ok):
+    import attnlab.device
+    monkeypatch.setattr(attnlab.device, "gpu_status",
+                        lambda: (True, "Fake GPU") if ok else (False, "no GPU in this test"))
+
+
+def test_cli_without_compute_sanitizer_exits_2(no_sanitizer, monkeypatch, capsys):
+    gpu_here(monkeypatch, True)
     assert run_cli("--quick") == 2
-    assert capsys.readouterr().err.strip() == (
-        "attnlab: compute-sanitizer not found on PATH (it ships with the CUDA toolkit: "
-        "/usr/local/cuda/bin)")
+    assert capsys.readouterr().err == f"attnlab: {NO_SANITIZER}\n"
 
 
 def test_cli_without_gpu_exits_2(monkeypatch, capsys):
-    import attnlab.device
     monkeypatch.setattr(sanitize, "find_sanitizer", lambda: "/fake/compute-sanitizer")
-    monkeypatch.setattr(attnlab.device, "gpu_status", lambda: (False, "no GPU in this test"))
+    gpu_here(monkeypatch, False)
     assert run_cli("--quick") == 2
-    assert "sanitize needs a CUDA GPU: no GPU in this test" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("attnlab: python -m attnlab sanitize needs a CUDA GPU: "
+                                       "no GPU in this test\n")
+
+
+def test_cli_without_gpu_and_sanitizer_names_both(no_sanitizer, monkeypatch, capsys):
+    """A machine with neither (a laptop, CI): one line naming the GPU first, then the tool."""
+    gpu_here(monkeypatch, False)
+    assert run_cli("--quick") == 2
+    assert capsys.readouterr().err == ("attnlab: python -m attnlab sanitize needs a CUDA GPU: "
+                                       f"no GPU in this test; and {NO_SANITIZER}\n")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,43 @@
+"""attnlab.support: which backward kernels run on which GPU architecture (no GPU needed). The
+facts it derives from archs.LIMITS and fused.unsupported_reason, stated here by hand."""
+import pytest
+
+from attnlab import fused, support
+from attnlab.archs import ARCHS, compute_capability
+from attnlab.checks import KERNELS
+
+EVERY = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+RUNS_ON = {   # (kernel, tf32): architectures
+    **{(k, tf32): EVERY for k in KERNELS for tf32 in (False, True)},
+    (9, False): ("sm_80", "sm_86", "sm_89", "sm_90"),     # 83,456 B of shared memory > sm_75's 64 KB
+    (9, True): ("sm_80", "sm_86", "sm_89", "sm_90"),      # TF32 tensor cores: sm_80 and newer
+    **{(k, tf32): ("sm_80", "sm_90") for k in (10, 11) for tf32 in (False, True)},   # > 99 KB
+    (12, True): ("sm_90",), (13, True): ("sm_90",),       # wgmma, TF32 only
+}
+
+
+def test_the_architectures_are_the_five_built_for():
+    assert ARCHS == EVERY
+    assert [compute_capability(a) for a in ARCHS] == [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0)]
+    assert compute_capability("sm_90a") == (9, 0)
+
+
+@pytest.mark.parametrize("kernel, tf32", sorted(RUNS_ON))
+def test_runs_on(kernel, tf32):
+    assert support.runs_on(kernel, tf32) == RUNS_ON[(kernel, tf32)]
+
+
+def test_every_kernel_has_its_precisions_and_a_phrase():
+    assert {k: support.precisions(k) for k in fused.TF32_ONLY} == {12: (True,), 13: (True,)}
+    assert all(support.precisions(k) == (False, True) for k in KERNELS + (9, 10, 11))
+    assert set(fused.ABOUT) == set(fused.FUSED_KERNELS)
+
+
+def test_the_readme_table_groups_kernels_that_run_alike():
+    rows = support.readme_table().splitlines()
+    assert rows[0] == ("| `backward` kernel | sm_75 (T4, RTX 20xx) | sm_80 (A100) | "
+                       "sm_86 (RTX 30xx, A10) | sm_89 (RTX 40xx, L4) | sm_90 (H100, H200) |")
+    assert rows[2:] == ["| 1–8 | yes | yes | yes | yes | yes |",
+                        "| 9 | — | yes | yes | yes | yes |",
+                        "| 10, 11 | — | yes | — | — | yes |",
+                        "| 12, 13 | — | — | — | — | yes, with --tf32 |"]
