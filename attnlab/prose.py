@@ -78,6 +78,12 @@ SERIES_CONSTANTS = {
     "32 threads": "a warp: 32 threads (CUDA's warp size)",
     "1024 threads": "the most threads a block may have (CUDA's limit)",
     "2048 threads": "the most threads resident on one SM (compute capability 8.0-9.0)",
+    "16 bytes": "a float4: 4 floats of 4 bytes (one vector load or store)",
+    "128 bytes": "32 consecutive floats: what a warp's coalesced load of one float per lane reads",
+    "32 bytes": "a sector, the unit in which L1/L2 and DRAM move data",
+    "60 MiB": "the H200's L2 cache (device_info(), printed in notebook 00)",
+    "228 KB": "shared memory per SM on sm_80/sm_90 (CUDA programming guide)",
+    "201 MB": "one B·NH·T·T float tensor at the default shape: 4·12·1024²·4 bytes",
 }
 
 # Numbers of the kernel headers that notebooks print: kernel file -> {number: why}.
