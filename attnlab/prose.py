@@ -480,8 +480,7 @@ def check_notebook(nb, document, kernel_dir=ROOT / "kernels"):
                                        "stale: no checked number of the prose uses it"))
     for i, path in sorted(headers.items()):
         header = "\n".join(header_lines(path.read_text()))
-        rel = path.relative_to(kernel_dir.parent).as_posix() if kernel_dir.parent in path.parents else path.name
-        place = f"{rel} header (printed by cell {i})"
+        place = f"kernels/{path.name} header (printed by cell {i})"
         decl = Declarations(KERNEL_HEADER_DECLARED.get(path.name, {}),
                             f"attnlab.prose.KERNEL_HEADER_DECLARED[{path.name!r}]")
         result.findings += [Finding(document, place, "", bad) for bad in decl.bad]
