@@ -20,7 +20,8 @@ WHICH NUMBERS ARE CHECKED. In every markdown cell (and printed kernel header, an
 - a range "1.1–1.3×" or "5–16 µs" is two numbers, the first taking the second's unit.
 Not checked: plain integers without a unit (kernel 3, notebook 08, list items, "32 lanes",
 T=1024, 2^31); numbers inside identifiers (sm_90, H200, fp32, float4, 3xTF32); version
-strings (0.5.3) and dates (2026-12-03); anything in code: fenced blocks, indented blocks
+strings (0.5.3) and dates (2026-12-03); expressions that start with a name (T-1-4x, t3+7);
+anything in code: fenced blocks, indented blocks
 after a blank line, inline `code` spans, link targets and bare URLs, HTML tags and comments.
 Inside LaTeX ($...$, $$...$$), a derivation, only numbers with a decimal point or an
 exponent are checked.
@@ -156,6 +157,8 @@ _CODE_REGIONS = [
     (r"</?[A-Za-z][^>\n]*>", 0, 0),                              # HTML tags
     (r"(?<![0-9.])[0-9]+(?:\.[0-9]+){2,}(?![0-9])", 0, 0),      # versions 0.5.3
     (r"(?<![0-9])[0-9]{4}-[0-9]{2}-[0-9]{2}(?![0-9])", 0, 0),   # dates
+    (r"(?<![A-Za-z0-9_.])[A-Za-z_]\w*(?:[-+*/^][A-Za-z_]\w*)*[-+*/^][0-9][\w.]*(?:[-+*/^][\w.]+)*",
+     0, 0),                                                     # expressions: T-1-4x, t3+7
 ]
 _CODE_REGIONS = [(re.compile(p, f), g) for p, f, g in _CODE_REGIONS]
 _LATEX = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$[^$\n]+?\$", re.S)

@@ -63,7 +63,7 @@ def test_units_make_integers_checked():
 def test_plain_integers_identifiers_versions_and_dates_are_not_checked():
     assert _checked("kernel 3 of notebook 08, 32 lanes, T=1024, 2^31, sm_90 on an H200 in fp32 "
                     "with float4 and 3xTF32, scikit-cuda 0.5.3, on 2026-12-03, a 3 x 1000 matrix, "
-                    "64 × 64 tiles, 2 × T, 7 × n(n+1)/2, kernel 8's time") == []
+                    "64 × 64 tiles, 2 × T, 7 × n(n+1)/2, kernel 8's time, rows T-1-4x, t3+7") == []
 
 
 def test_decimals_and_scientific_notation_are_checked():
