@@ -88,10 +88,29 @@ SERIES_CONSTANTS = {
 }
 
 # Numbers of the kernel headers that notebooks print: kernel file -> {number: why}.
-KERNEL_HEADER_DECLARED = {}
+_FOUR_WARPS = "the launch (attnlab/fused.py): 4 warps of 32 threads per block"
+_TWO_WARPGROUPS = "the launch (attnlab/fused.py): 2 warpgroups of 4 warps of 32 threads"
+_SMEM_197 = "derived: 197,120 bytes of dynamic shared memory (printed by notebook 13) in kB"
+KERNEL_HEADER_DECLARED = {
+    "flash_attention10.cu": {
+        "64 registers": "derived: a warp's dQ accumulator, 32 rows x 64 head dims, over 32 lanes",
+        "16 registers": "derived: a warp's P^T (or dS^T) slice, 32 keys x 16 queries, over 32 lanes",
+        "128 threads": _FOUR_WARPS},
+    "flash_attention11.cu": {"128 threads": _FOUR_WARPS},
+    "flash_attention12.cu": {"256 threads": _TWO_WARPGROUPS, "197 KB": _SMEM_197},
+    "flash_attention13.cu": {
+        "256 threads": _TWO_WARPGROUPS, "197 KB": _SMEM_197,
+        "64 KiB": "derived: one 64-query tile in 4 layouts, 4 x 64 x 64 floats of 4 bytes",
+        "32 registers": "kernel 12's header: the next tile's Q and dO rows, 32 per thread"},
+}
 
 # README's numbers that are not in the results files: number -> why.
-README_DECLARED = {}
+README_DECLARED = {
+    "3.10": "pyproject.toml's requires-python: Python 3.10 or newer",
+    "3.12": "Python 3.12's virtual environments ship without setuptools (pkg_resources)",
+    "7.5": "the oldest compute capability the kernels are built for (sm_75, tests/test_archs.py)",
+    "110 KB": "derived: kernels 10 and 11 ask for 111,616 and 112,896 bytes of shared memory per block",
+}
 
 # ------------------------------------------------------------------------------------ numbers
 
