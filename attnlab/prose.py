@@ -78,12 +78,12 @@ RESULTS = ROOT / "results" / "h200"
 SERIES_CONSTANTS = {
     "32 threads": "a warp: 32 threads (CUDA's warp size)",
     "1024 threads": "the most threads a block may have (CUDA's limit)",
-    "2048 threads": "the most threads resident on one SM (compute capability 8.0-9.0)",
+    "2048 threads": "the most threads resident on one SM of the H200 (sm_90; printed in notebook 00)",
     "16 bytes": "a float4: 4 floats of 4 bytes (one vector load or store)",
     "128 bytes": "32 consecutive floats: what a warp's coalesced load of one float per lane reads",
     "32 bytes": "a sector, the unit in which L1/L2 and DRAM move data",
     "60 MiB": "the H200's L2 cache (device_info(), printed in notebook 00)",
-    "228 KB": "shared memory per SM on sm_80/sm_90 (CUDA programming guide)",
+    "228 KB": "shared memory per SM on sm_90, the H100/H200 (CUDA programming guide)",
     "201 MB": "one B·NH·T·T float tensor at the default shape: 4·12·1024²·4 bytes",
 }
 
@@ -379,9 +379,6 @@ class Declarations:
         return [key for key, _ in self.items if key not in self.used]
 
 
-_SERIES = Declarations(SERIES_CONSTANTS, "attnlab.prose.SERIES_CONSTANTS")
-
-
 def check_text(text, evidence, declarations, document, place, result, line_offset=None):
     """Check every number of one piece of prose; add a Finding per unbacked, undeclared one."""
     for number in prose_numbers(text):
@@ -391,7 +388,9 @@ def check_text(text, evidence, declarations, document, place, result, line_offse
         declared = [d.match(number) for d in declarations]      # every list marks its use
         if any(declared) or evidence.backs(number):
             continue
-        where = place if line_offset is None else f"{place} line {line_offset + text.count(chr(10), 0, number.start)}"
+        where = place
+        if line_offset is not None:
+            where = f"{place} line {line_offset + text.count(chr(10), 0, number.start)}".strip()
         result.findings.append(Finding(document, where, sentence_at(text, number.start),
                                        f"{number.shown} not printed by any output, "
                                        f"nor in a cited results file, nor declared"))
@@ -483,8 +482,14 @@ def printed_headers(cells, kernel_dir):
     return found
 
 
-def check_notebook(nb, document, kernel_dir=ROOT / "kernels"):
-    """Check one notebook (its JSON as a dict); ``document`` names it in the findings."""
+def series_declarations():
+    return Declarations(SERIES_CONSTANTS, "attnlab.prose.SERIES_CONSTANTS")
+
+
+def check_notebook(nb, document, kernel_dir=ROOT / "kernels", series=None):
+    """Check one notebook (its JSON as a dict); ``document`` names it in the findings.
+    ``series``: the Declarations of SERIES_CONSTANTS that record their use (default: new)."""
+    series = series or series_declarations()
     result = Result()
     cells = nb.get("cells", [])
     meta = nb.get("metadata", {}).get("attnlab", {}).get("declared_numbers", {})
@@ -496,7 +501,7 @@ def check_notebook(nb, document, kernel_dir=ROOT / "kernels"):
     markdown = [(i, _text(c.get("source", ""))) for i, c in enumerate(cells) if c.get("cell_type") == "markdown"]
     evidence = Evidence(outputs).add(cited_evidence([t for _, t in markdown], document, "markdown", result))
     for i, text in markdown:
-        check_text(text, evidence, [own, _SERIES], document, f"cell {i}", result)
+        check_text(text, evidence, [own, series], document, f"cell {i}", result)
     for key in own.stale():
         result.findings.append(Finding(document, "metadata", f"declared_numbers[{key!r}]",
                                        "stale: no checked number of the prose uses it"))
@@ -507,7 +512,7 @@ def check_notebook(nb, document, kernel_dir=ROOT / "kernels"):
                             f"attnlab.prose.KERNEL_HEADER_DECLARED[{path.name!r}]")
         result.findings += [Finding(document, place, "", bad) for bad in decl.bad]
         ev = Evidence(outputs).add(cited_evidence([header], document, place, result))
-        check_text(header, ev, [decl, _SERIES], document, place, result, line_offset=1)
+        check_text(header, ev, [decl, series], document, place, result, line_offset=1)
         for key in decl.stale():
             result.findings.append(Finding(document, place, f"KERNEL_HEADER_DECLARED[{path.name!r}][{key!r}]",
                                            "stale: no checked number of the header uses it"))
@@ -524,14 +529,13 @@ def readme_evidence():
     return values
 
 
-def check_markdown(text, document):
+def check_markdown(text, document, series=None):
     """Check a Markdown file such as README.md against the committed results."""
+    series = series or series_declarations()
     result = Result()
     decl = Declarations(README_DECLARED, "attnlab.prose.README_DECLARED")
     result.findings += [Finding(document, "README_DECLARED", "", bad) for bad in decl.bad]
-    check_text(text, Evidence(readme_evidence()), [decl, _SERIES], document, "", result, line_offset=1)
-    for f in result.findings:
-        f.place = f.place.strip()
+    check_text(text, Evidence(readme_evidence()), [decl, series], document, "", result, line_offset=1)
     for key in decl.stale():
         result.findings.append(Finding(document, "README_DECLARED", repr(key),
                                        "stale: no checked number of the file uses it"))
@@ -549,16 +553,16 @@ def display_name(path):
     return path.relative_to(ROOT).as_posix() if ROOT in path.parents else str(path)
 
 
-def check_path(path):
+def check_path(path, series=None):
     """Check one notebook or Markdown file, by its path."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"path {str(path)!r}: no such file (expected a notebook .ipynb "
                                 f"or a Markdown .md file)")
     if path.suffix == ".ipynb":
-        return check_notebook(json.loads(path.read_text()), display_name(path))
+        return check_notebook(json.loads(path.read_text()), display_name(path), series=series)
     if path.suffix == ".md":
-        return check_markdown(path.read_text(), display_name(path))
+        return check_markdown(path.read_text(), display_name(path), series=series)
     raise ValueError(f"path {str(path)!r}: expected a notebook (.ipynb) or a Markdown file (.md)")
 
 
@@ -566,13 +570,13 @@ def check_series(paths=None):
     """Check these files (default: the whole series, exercises and README); one Result."""
     whole = paths is None
     total = Result()
-    _SERIES.used.clear()
+    series = series_declarations()
     for path in default_paths() if whole else paths:
-        r = check_path(path)
+        r = check_path(path, series)
         total.findings += r.findings
         total.checked += r.checked
     if whole:
-        for key in _SERIES.stale():
+        for key in series.stale():
             total.findings.append(Finding("attnlab/prose.py", "SERIES_CONSTANTS", repr(key),
                                           "stale: no checked number of the series uses it"))
     return total
