@@ -273,3 +273,6 @@ def test_cli(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("prose numbers: all 1 checked numbers in 1 file(s)")
     assert prose.main([str(tmp_path / "missing.ipynb")]) == 2
     assert "no such file" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("1.5 ms")
+    assert prose.main([str(tmp_path / "notes.txt")]) == 2
+    assert "expected a notebook (.ipynb) or a Markdown file (.md)" in capsys.readouterr().err
