@@ -11,7 +11,7 @@
 // So:
 //   1. A small kernel before it, flash_backward_prep, writes each 64-query tile of Q and dO in
 //      the four layouts the products read (Q and dO K-major, and transposed with the queries at
-//      kpos), rounded to TF32, as one contiguous 64 KB block in global memory. The backward
+//      kpos), rounded to TF32, as one contiguous 64 KiB block in global memory. The backward
 //      copies a tile with cp.async (16 bytes per instruction, global to shared memory without
 //      registers), half of it while the tile before is still being computed, and makes no
 //      transposed stores; the 32 registers that held the next tile in kernel 12 are free.

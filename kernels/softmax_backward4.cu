@@ -3,8 +3,11 @@
 // Change from version 3: a warp handles the 8 adjacent columns t3 .. t3+7 of each row.
 // Why faster: every att[t2], datt[t2] a lane loads is used for 8 outputs instead of 1, which
 // cuts the loads from memory by about 8x; the 8 values att[t3+k] and the 8 partial sums live
-// in registers. Version 3 was limited by memory traffic, so this pays off even though each
-// warp now does 8x the arithmetic (and there are 8x fewer warps). The pointers are declared
+// in registers. Version 3 was not limited by its memory traffic but by the instructions its
+// warps issue, most of them loads, their addresses, the indicator and the loop (notebook 05).
+// Sharing each load among 8 columns removes most of those: the warps issue less than half as
+// many instructions in all, even though each warp now does 8x the arithmetic (and there are
+// 8x fewer warps to hide the loads' latency; notebook 06). The pointers are declared
 // __restrict__ from this version on (as in llm.c): no aliasing, so loads may be reordered.
 //
 // Launch geometry: grid (ceil_div(4*T, block_size), B*NH), block_size a multiple of 32;

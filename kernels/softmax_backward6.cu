@@ -7,7 +7,11 @@
 //    p[t2] = att[t2]*datt[t2] into shared memory, then every thread reads all BLOCK_SIZE of
 //    them from shared memory (a broadcast: all threads read the same address).
 // Why faster: per tile that is 2*BLOCK_SIZE global loads for BLOCK_SIZE^2 FMAs, and the
-// multiply of p is no longer repeated per column: the kernel becomes compute bound.
+// multiply of p is no longer repeated per column: the DRAM traffic falls to the minimum and
+// the warps stop waiting on loads. The kernel becomes issue-bound, not compute bound
+// (notebook 08): only about a third of its instructions are multiply-adds (the rest are the
+// shared-memory broadcasts, the loop, and in the diagonal tile the indicator), so with its
+// schedulers busy most of the time it reaches about a third of the FMA ceiling.
 // As in version 5, the indicator is only evaluated in the one tile that holds the diagonal.
 // BLOCK_SIZE is a compile-time constant (-DBLOCK_SIZE=...), so the shared array has a fixed
 // size and __launch_bounds__ tells the compiler the block size.

@@ -585,7 +585,7 @@ def collected_ids():
                         "tests/test_sanitize.py",
                         "tests/test_fused.py", "tests/test_exercises.py",
                         "tests/test_libraries.py", "tests/test_environment.py",
-                        "tests/test_bench_stats.py"],
+                        "tests/test_bench_stats.py", "tests/test_prose_numbers.py"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     ids = {}
     for line in p.stdout.splitlines():
