@@ -109,7 +109,7 @@ README_DECLARED = {
     "3.10": "pyproject.toml's requires-python: Python 3.10 or newer",
     "3.12": "Python 3.12's virtual environments ship without setuptools (pkg_resources)",
     "7.5": "the oldest compute capability the kernels are built for (sm_75, tests/test_archs.py)",
-    "110 KB": "derived: kernels 10 and 11 ask for 111,616 and 112,896 bytes of shared memory per block",
+    "16 GB": "a card size given as an example (tools/small_gpu_check.sh leaves 15 GiB free)",
 }
 
 # ------------------------------------------------------------------------------------ numbers
