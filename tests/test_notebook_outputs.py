@@ -176,6 +176,10 @@ ALLOWED = {
         {"time"},
         "counts from the shape and the launch table: 'row(s) per block' and 'barrier(s) per "
         "row' are plurals, not seconds; nothing is read from the device or the clock"),
+    ("10_backward_kernel8_streaming.ipynb", "lessons.show_kernel(KERNEL)"): (
+        {"GPU name"},
+        "the kernel's source file as it is, the same on any GPU: its header names the H200 its "
+        "measured numbers came from"),
     ("13_fused_backward_ladder.ipynb", "T_BIG = 16384"): (
         {"bandwidth / FLOP rate"},
         "the one FLOP count (counts.fused_flops) and what kernels execute on top of it "
