@@ -1,7 +1,7 @@
 """The lessons' shared pictures draw what they are given (CPU, Agg backend)."""
-import matplotlib
 import pytest
 
+matplotlib = pytest.importorskip("matplotlib", reason="the plots need matplotlib (the [notebooks] extra)")
 matplotlib.use("Agg")
 
 from attnlab import bench, plots, report  # noqa: E402

@@ -13,8 +13,9 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
-import nbformat
 import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="reading the notebooks needs nbformat (the [notebooks] extra)")
 
 from site_check import check_site, missing_tools, report
 
