@@ -155,3 +155,45 @@ def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms
     ax.grid(True, axis="x", alpha=0.3, which="both")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     return fig
+
+
+# ---- notebook 03: measured time against a model over block sizes
+
+def plot_sweep_vs_model(measured, model, title, ylabel="time (ms), log scale"):
+    """Measured time against a model's, over block sizes, one colour per shape.
+
+    ``measured`` = {label: {block_size: Timing or ms}}: a Timing draws its median with IQR
+    bars, a bare number (one call) a hollow point; ``model`` = {label: {block_size: ms}}
+    draws a dashed line in the same colour. Block sizes on a log2 axis, time on a log axis."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    for i, label in enumerate(measured):
+        color = f"C{i}"
+        points = measured[label]
+        bs = sorted(points)
+        med = np.array([getattr(points[b], "median_ms", points[b]) for b in bs], dtype=float)
+        timed = [b for b in bs if hasattr(points[b], "quartiles_ms")]
+        if timed:
+            quart = np.array([points[b].quartiles_ms for b in timed])
+            m = np.array([points[b].median_ms for b in timed])
+            ax.errorbar(timed, m, yerr=[m - quart[:, 0], quart[:, 1] - m], fmt="o",
+                        color=color, capsize=3, label=f"{label}: measured (median, IQR)")
+        single = [b for b in bs if b not in timed]
+        if single:
+            ax.plot(single, [points[b] for b in single], "o", mfc="none", color=color,
+                    label=f"{label}: measured (one call each)")
+        if label in model:
+            mb = sorted(model[label])
+            ax.plot(mb, [model[label][b] for b in mb], "--", color=color,
+                    label=f"{label}: model")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    sizes = sorted({b for d in (*measured.values(), *model.values()) for b in d})
+    ax.set_xticks(sizes)
+    ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
+    ax.set_xlabel("block size (threads)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize="small")
+    return fig
