@@ -301,3 +301,65 @@ def plot_sweep_vs_model(measured, model, title, ylabel="time (ms), log scale"):
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize="small")
     return fig
+
+
+# ---- notebook 08: the instruction model stacked beside the measured time
+
+def plot_instruction_model(stacks, issue_per_s, measured=None, lines=None, title="",
+                           xlabel="block size (threads)"):
+    """A model's warp instructions beside the measured time, per block size (or any key).
+
+    ``stacks`` = {key: {part: warp instructions}}, the same parts in every key: one stacked bar
+    per key, each part drawn as the time it takes at the issue ceiling (``issue_per_s`` warp
+    instructions per second), its total in billions on top. ``measured`` = {key: Timing or
+    row dict} draws the median with IQR bars beside each bar; ``lines`` = {label: {key: ms}}
+    draws other times (floors, a profiler's count) as dashed lines with markers."""
+    from .errors import InputError
+    if not issue_per_s or issue_per_s <= 0:
+        raise InputError(f"issue_per_s must be a positive rate, got {issue_per_s!r}")
+    keys = list(stacks)
+    parts = list(stacks[keys[0]]) if keys else []
+    if any(list(stacks[k]) != parts for k in keys):
+        raise InputError(f"stacks must have the same parts for every key, got "
+                         f"{ {k: list(v) for k, v in stacks.items()} }")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4.8), layout="constrained")
+    x = np.arange(len(keys))
+    width = 0.38
+    bottom = np.zeros(len(keys))
+    for i, part in enumerate(parts):
+        ms = np.array([stacks[k][part] / issue_per_s * 1e3 for k in keys])
+        ax.bar(x - width / 2, ms, width, bottom=bottom, color=f"C{i}", alpha=0.75,
+               label=f"model: {part}")
+        bottom += ms
+    for xi, k, top in zip(x, keys, bottom):
+        total = sum(stacks[k].values())
+        ax.text(xi - width / 2, top, f"{total / 1e9:.2f} G", ha="center", va="bottom",
+                fontsize="small")
+    if measured:
+        rows = []
+        for k in keys:
+            t = measured.get(k)
+            if t is None:
+                continue
+            if isinstance(t, dict):
+                rows.append((k, t["median_ms"], t["q1_ms"], t["q3_ms"]))
+            else:
+                rows.append((k, t.median_ms, *t.quartiles_ms))
+        xm = np.array([keys.index(r[0]) for r in rows]) + width / 2
+        med = np.array([r[1] for r in rows])
+        err = [med - np.array([r[2] for r in rows]), np.array([r[3] for r in rows]) - med]
+        ax.errorbar(xm, med, yerr=err, fmt="s", color="black", capsize=4,
+                    label="measured (median, IQR)")
+    styles = (("v", "tab:red"), ("^", "tab:brown"), ("D", "tab:purple"), ("X", "tab:gray"))
+    for (label, values), (marker, color) in zip((lines or {}).items(), styles):
+        pts = [(keys.index(k), ms) for k, ms in values.items() if k in keys]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="--", marker=marker,
+                color=color, alpha=0.8, markersize=8, label=label)
+    ax.set_xticks(x, [str(k) for k in keys])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("time (ms); bars: instructions / issue ceiling")
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    return fig
