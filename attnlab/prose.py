@@ -120,7 +120,7 @@ _SYMBOL_UNITS = (r"%|[kKMGTP]?i?B/s|[kMGTP]?FLOP/s|[GT]FLOPS|[kMGTP]?FLOPs?|[kKM
 _WORD_UNITS = (r"registers?|regs|warps?|blocks?|threads?|cycles?|instructions?|SMs?|bytes?"
                r"|seconds?|minutes?|hours?")
 UNIT = re.compile(
-    rf"(?P<ratio>{_SPACE}?[×x])(?![0-9A-Za-z_])(?!\s*(?:[0-9(]|[A-Za-z](?![A-Za-z])))"
+    rf"(?P<ratio>{_SPACE}?[×x])(?![0-9A-Za-z_])(?!\s*(?:[0-9]|\((?!IQR\b|range\b)|[A-Za-z](?![A-Za-z])))"
     rf"|(?P<symbol>{_SPACE}?(?:{_SYMBOL_UNITS}))(?![0-9A-Za-z_/·=*])"
     rf"|(?P<word>(?:{_SPACE}|-)?(?:{_WORD_UNITS}))(?![0-9A-Za-z_])")
 NUMBER = re.compile(

@@ -86,6 +86,12 @@ def test_x_after_a_digit_is_a_ratio():
         "2x", "4.8 x", "1.9×"]
 
 
+def test_x_before_its_spread_is_a_ratio_but_not_before_a_product():
+    assert [s for s, *_ in _checked("6->7 24.4x (IQR 24.1-24.6x) and 3.1× (range 3.0-3.2×)")][:1] == ["24.4x"]
+    assert "3.1×" in [s for s, *_ in _checked("3.1× (range 3.0-3.2×)")]
+    assert [s for s, *_ in _checked("2 x (a+b)")] == []
+
+
 def test_a_range_is_two_numbers_with_the_unit_of_the_second():
     got = _checked("checked 1.1–1.3×, 5–16 µs and 249-442 s; 74–115 has no unit")
     assert [(v, u) for _, v, u, _ in got] == [(Decimal("1.1"), "×"), (Decimal("1.3"), "×"),
