@@ -195,7 +195,8 @@ def _run_fused(args):
             timings[fused.BACKWARD_THREADS[kernel]] = bench.benchmark(
                 lambda: fused.fused_backward(buf, tf32, kernel), repeats=repeats, warmup=warmup)
     return _result(args, device, kernel, math, checks, timings, warmup=warmup, fused=True,
-                   memory_bytes=fused.fused_bytes_needed(B, T, C, NH))
+                   memory_bytes=fused.fused_bytes_needed(B, T, C, NH)
+                   + fused.extra_bytes_needed(B, T, C, NH, kernel))
 
 
 def _result(args, device, kernel, math, checks, timings, **extra):

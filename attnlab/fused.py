@@ -42,9 +42,9 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # DETERMINISTIC: bit-identical results run after run (kernels 11 and 12 add dQ with atomics).
 # BACKWARD_THREADS: threads per backward block. Kernel 12 runs on Hopper's wgmma (sm_90 only,
 # built for sm_90a: kernels.ARCH_SPECIFIC) and in TF32 only (TF32_ONLY).
-# TILED: kernels that read Q and dO as ready-made tiles (query_tiles), which their source's
-# flash_backward_prep writes first (with D, from dout as it lies); their flash_backward writes
-# dinp directly, so do and dqkvr are not written.
+# TILED: kernels that read Q and dO as ready-made tiles (the "tiles" buffer), which their
+# source's flash_backward_prep writes first (with D, from dout as it lies); their flash_backward
+# writes dinp directly, so they need neither do nor dqkvr (KERNEL_BUFFERS).
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
                     12: "flash_attention12", 13: "flash_attention13"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
@@ -89,9 +89,12 @@ FUSED_TOLERANCES = {
 }
 
 FUSED_BUFFERS = {"inp": "B T 3C", "qkvr": "3 B NH T HS", "o": "B NH T HS", "lse": "B NH T",
-                 "out": "B T C", "dout": "B T C", "do": "B NH T HS", "D": "B NH T",
-                 "dqkvr": "3 B NH T HS", "dinp": "B T 3C"}
+                 "out": "B T C", "dout": "B T C", "D": "B NH T", "dinp": "B T 3C"}
 FORWARD_ONLY = ("inp", "qkvr", "o", "lse", "out")
+# The buffers only some backward kernels use, allocated by FusedBuffers.kernel_buffers on a
+# kernel's first backward: the pipeline's permuted dO and (dq, dk, dv) for kernels 9-12; the
+# query tiles (query_tiles_shape) for the TILED ones.
+PIPELINE_BUFFERS = {"do": "B NH T HS", "dqkvr": "3 B NH T HS"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,11 +199,23 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     return launch
 
 
-def fused_buffer_shapes(B, T, C, NH, backward=True):
-    """The shape of every buffer of the fused forward (and backward)."""
+def _shapes(specs, B, T, C, NH):
     dims = {"B": B, "T": T, "C": C, "3C": 3 * C, "NH": NH, "HS": C // NH, "3": 3}
-    return {n: tuple(dims[d] for d in spec.split()) for n, spec in FUSED_BUFFERS.items()
+    return {n: tuple(dims[d] for d in spec.split()) for n, spec in specs.items()}
+
+
+def fused_buffer_shapes(B, T, C, NH, backward=True):
+    """The shape of every buffer the fused forward (and every backward kernel) uses."""
+    return {n: s for n, s in _shapes(FUSED_BUFFERS, B, T, C, NH).items()
             if backward or n in FORWARD_ONLY}
+
+
+def kernel_buffer_shapes(B, T, C, NH, kernel):
+    """The buffers backward kernel ``kernel`` uses on top of fused_buffer_shapes: the query
+    tiles (TILED kernels) or the pipeline's do and dqkvr (the others)."""
+    if check_fused_kernel(kernel) in TILED:
+        return {"tiles": query_tiles_shape(B, T, NH)}
+    return _shapes(PIPELINE_BUFFERS, B, T, C, NH)
 
 
 def query_tiles_shape(B, T, NH):
@@ -209,9 +224,10 @@ def query_tiles_shape(B, T, NH):
     return (B * NH, n_tiles(T), 4 * TILE * HEAD_SIZES[0])
 
 
-def extra_bytes_needed(B, T, NH, kernel):
-    """GPU bytes a backward kernel needs on top of fused_bytes_needed: its query tiles (TILED)."""
-    return 4 * int(np.prod(query_tiles_shape(B, T, NH))) if kernel in TILED else 0
+def extra_bytes_needed(B, T, C, NH, kernel):
+    """GPU bytes backward kernel ``kernel`` needs on top of fused_bytes_needed
+    (kernel_buffer_shapes)."""
+    return sum(4 * int(np.prod(s)) for s in kernel_buffer_shapes(B, T, C, NH, kernel).values())
 
 
 def fused_bytes_needed(B, T, C, NH, backward=True):
@@ -302,17 +318,21 @@ class FusedBuffers(DeviceBuffers):
                 raise InputError(f"{what} needs {'the forward' if need == 'forward' else 'buf.' + need}: "
                                  f"{how[need]}")
 
-    def query_tiles(self):
-        """The query tiles of the TILED backward kernels (query_tiles_shape), allocated on the
-        first call (after checking they fit) and freed with the other buffers."""
+    def kernel_buffers(self, kernel):
+        """{name: GPUArray} of the buffers backward kernel ``kernel`` uses on top of the others
+        (kernel_buffer_shapes), allocated on its first call (after checking they fit) and freed
+        with the rest: a kernel that does not use a buffer never has it allocated."""
         self._array("dinp")     # raises if these buffers were freed
-        if "tiles" not in self.arrays:
+        shapes = kernel_buffer_shapes(self.B, self.T, self.C, self.NH, kernel)
+        missing = {n: s for n, s in shapes.items() if n not in self.arrays}
+        if missing:
             import pycuda.gpuarray as gpuarray
-            shape = query_tiles_shape(self.B, self.T, self.NH)
-            check_fits(extra_bytes_needed(self.B, self.T, self.NH, 13), *free_memory(),
-                       what=f"fused kernel 13's query tiles at B={self.B} T={self.T} NH={self.NH}")
-            self.arrays["tiles"] = gpuarray.empty(shape, np.float32)
-        return self.arrays["tiles"]
+            need = sum(4 * int(np.prod(s)) for s in missing.values())
+            check_fits(need, *free_memory(), what=f"fused backward kernel {kernel}'s "
+                       f"{' and '.join(missing)} at B={self.B} T={self.T} C={self.C} NH={self.NH}")
+            for n, s in missing.items():
+                self.arrays[n] = gpuarray.empty(s, np.float32)
+        return {n: self.arrays[n] for n in shapes}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,21 +415,22 @@ def fused_forward(buf, tf32=False):
 def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (one of
     FUSED_KERNELS): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp (TILED kernels: the
-    query tiles, D and dinp)."""
+    query tiles, D and dinp). The kernel's own buffers are allocated on its first call."""
     tf32 = check_precision(tf32, kernel)
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
     buf.require("fused_backward", "forward", "dout")
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
-    o, do, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "do", "lse", "D"))
+    own = buf.kernel_buffers(kernel)
+    o, lse, D = (int(buf.arrays[n].gpudata) for n in ("o", "lse", "D"))
     dout, dinp = int(buf.dout.gpudata), int(buf.dinp.gpudata)
     dims = (B, T, NH, HS)
     launch = fused_launch(B, T, NH, tf32, kernel)
     grid, block, shared = launch["flash_backward"]
     if kernel in TILED:
         import pycuda.driver as cuda
-        tiles = int(buf.query_tiles().gpudata)
+        tiles = int(own["tiles"].gpudata)
         cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)   # dinp's dq columns: added with atomics
         pgrid, pblock, _ = launch["flash_backward_prep"]
         _function("flash_backward_prep", tf32, kernel).prepared_call(
@@ -417,7 +438,8 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
         _function("flash_backward", tf32, kernel).prepared_call(
             grid, block, dinp, tiles, k, v, lse, D, T, NH, _scale(HS), shared_size=shared)
         return
-    dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
+    do = int(own["do"].gpudata)
+    dq, dk, dv = qkv_pointers(own["dqkvr"], B, T, C)
     _permute("unpermute_backward_kernel", B * T * C, do, dout, *dims)
     pgrid, pblock, _ = launch["flash_backward_preprocess"]
     _function("flash_backward_preprocess", tf32).prepared_call(pgrid, pblock, D, o, do, B * NH * T)

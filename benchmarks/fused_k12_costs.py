@@ -69,8 +69,9 @@ def measure(T, fns, repeats):
         fused.fused_forward(buf, True)
         fused.fused_backward(buf, True, 12)      # do and D, as the backward leaves them
         q, k, v = qkv_pointers(buf.qkvr, B, T, C)
-        dq, dk, dv = qkv_pointers(buf.dqkvr, B, T, C)
-        do, lse, D = (int(buf.arrays[n].gpudata) for n in ("do", "lse", "D"))
+        own = buf.kernel_buffers(12)
+        dq, dk, dv = qkv_pointers(own["dqkvr"], B, T, C)
+        do, lse, D = int(own["do"].gpudata), int(buf.lse.gpudata), int(buf.D.gpudata)
         grid, block, shared = fused.fused_launch(B, T, NH, True, 12)["flash_backward"]
 
         def launch(fn):

@@ -23,7 +23,7 @@
 Times are GPU times of one backward call (attnlab.bench.benchmark: CUDA events, warm-up
 calls, L2 flushed before each repeat; torch: the same with torch.cuda.Event), median of
 --repeats, min and max in the JSON. Memory is the GPU memory each method needs at its peak:
-for attnlab the bytes of all its buffers (bytes_needed / fused_bytes_needed) and, measured,
+for attnlab the bytes of all the buffers a method uses (bytes_needed; fused_bytes_needed + extra_bytes_needed) and, measured,
 the drop in free memory when they are allocated; for torch, torch.cuda.max_memory_allocated
 over building q, k, v, dout, the forward and one backward (after reset_peak_memory_stats).
 The materialized pipeline reports 'does not fit' where its buffers cannot be allocated.
@@ -143,7 +143,7 @@ def run_fused(inp, dout, B, T, C, NH, repeats):
             fused.fused_forward(buf, tf32)
             t = bench.benchmark(lambda: fused.fused_backward(buf, tf32, kernel),
                                 repeats=repeats, warmup=WARMUP)
-            res[name] = dict(status="ok", buffer_bytes=need + fused.extra_bytes_needed(B, T, NH, kernel),
+            res[name] = dict(status="ok", buffer_bytes=need + fused.extra_bytes_needed(B, T, C, NH, kernel),
                              measured_bytes=measured,
                              forward_median_ms=forward.median_ms,
                              tflops=counts.fused_flops(B, T, NH, C // NH) / t.median_ms / 1e9,

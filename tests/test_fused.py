@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from attnlab import GPUMemoryError, InputError, KernelCompileError, cli, fused, kernels
+from attnlab.errors import AttnlabError
 from attnlab.archs import ARCHS, LIMITS
 from attnlab.problem import make_inputs
 from attnlab import reference
@@ -242,6 +243,27 @@ def test_memory_grows_like_T_not_T_squared():
     assert set(fused.fused_buffer_shapes(1, 8, 128, 2, backward=False)) == set(fused.FORWARD_ONLY)
 
 
+def test_a_kernel_s_own_buffers_are_only_those_it_uses():
+    """#23: kernel 13 reads neither do nor dqkvr; kernels 9-12 read no query tiles. Each
+    kernel's buffers come on top of the shared ones, whose names they do not repeat."""
+    B, T, C, NH = 4, 16384, 768, 12
+    for kernel in fused.FUSED_KERNELS:
+        own = fused.kernel_buffer_shapes(B, T, C, NH, kernel)
+        assert set(own) == ({"tiles"} if kernel in fused.TILED else {"do", "dqkvr"}), kernel
+        assert not set(own) & set(fused.fused_buffer_shapes(B, T, C, NH))
+        assert fused.extra_bytes_needed(B, T, C, NH, kernel) == sum(4 * int(np.prod(s)) for s in own.values())
+    assert fused.kernel_buffer_shapes(B, T, C, NH, 9)["dqkvr"] == (3, B, NH, T, C // NH)
+    assert fused.kernel_buffer_shapes(B, T, C, NH, 13)["tiles"] == fused.query_tiles_shape(B, T, NH)
+    # kernel 13 at T=16k: what it allocates, against the 3.76 GiB it had with do and dqkvr
+    k13 = fused.fused_bytes_needed(B, T, C, NH) + fused.extra_bytes_needed(B, T, C, NH, 13)
+    k9 = fused.fused_bytes_needed(B, T, C, NH) + fused.extra_bytes_needed(B, T, C, NH, 9)
+    assert k9 + fused.extra_bytes_needed(B, T, C, NH, 13) == pytest.approx(3.76 * 2**30, rel=0.01)
+    assert k13 == k9 + fused.extra_bytes_needed(B, T, C, NH, 13) - fused.extra_bytes_needed(B, T, C, NH, 9)
+    assert k13 == pytest.approx(3.01 * 2**30, rel=0.01)
+    with pytest.raises(InputError, match="got 14"):
+        fused.kernel_buffer_shapes(B, T, C, NH, 14)
+
+
 def test_memory_is_checked_before_allocating(monkeypatch):
     monkeypatch.setattr("attnlab.buffers.context", lambda: None)
     monkeypatch.setattr("attnlab.buffers.free_memory", lambda: (1000, 2000))
@@ -394,6 +416,26 @@ def test_backward_before_forward_or_without_dout_is_refused_before_launching(sma
             fused.fused_backward(buf)
         buf.set("dout", small.dout)
         fused.fused_backward(buf)           # now it runs
+
+
+@pytest.mark.gpu
+def test_a_kernel_allocates_only_the_buffers_it_uses(small):
+    """#23: a backward with kernel 13 leaves do and dqkvr unallocated; a later kernel-9
+    backward on the same buffers allocates them then, and both still validate."""
+    skip_unless_supported(True, 13)
+    with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
+        assert set(buf.arrays) == set(fused.fused_buffer_shapes(small.B, small.T, small.C, small.NH))
+        buf.set("inp", small.inp)
+        buf.set("dout", small.dout)
+        for kernel, tf32, added in ((13, True, {"tiles"}), (9, False, {"do", "dqkvr"})):
+            before = set(buf.arrays)
+            fused.fused_forward(buf, tf32)
+            fused.fused_backward(buf, tf32, kernel)
+            assert set(buf.arrays) - before == added, kernel
+            tol = fused.FUSED_TOLERANCES[precision(tf32)]["dinp"]
+            assert compare(buf.get("dinp"), small.dinp, "dinp", tol).ok, kernel
+    with pytest.raises(AttnlabError, match="freed"):
+        buf.kernel_buffers(9)
 
 
 @pytest.mark.gpu
