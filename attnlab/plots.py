@@ -363,3 +363,55 @@ def plot_instruction_model(stacks, issue_per_s, measured=None, lines=None, title
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(loc="upper left", fontsize="small")
     return fig
+
+
+# ---- notebook 09: how a count grows with the sequence length (O(T³) against O(T²))
+
+def plot_growth(lines, title, points=None, xlabel="sequence length T",
+                ylabel="time (ms), log scale"):
+    """Quantities that grow with a size, on log-log axes, each with its measured growth.
+
+    ``lines`` = {label: {x: value}} draws one line with markers per label; its legend gives the
+    growth per doubling of x over its last two points (x² grows 4× per doubling, x³ 8×).
+    ``points`` = {label: {x: Timing, row dict (median_ms, q1_ms, q3_ms) or a number}} draws
+    measured points with IQR bars (a bare number without)."""
+    from .errors import InputError
+    if not lines:
+        raise InputError("lines must hold at least one {label: {x: value}}")
+    for label, values in lines.items():
+        if len(values) < 2 or any(x <= 0 or v <= 0 for x, v in values.items()):
+            raise InputError(f"{label!r}: a line needs at least two points, all positive "
+                             f"(log axes), got {values!r}")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
+    markers = ("o", "s", "^", "v", "D", "P")
+    for i, (label, values) in enumerate(lines.items()):
+        xs = sorted(values)
+        ys = np.array([values[x] for x in xs], dtype=float)
+        per_doubling = (ys[-1] / ys[-2]) ** (np.log(2) / np.log(xs[-1] / xs[-2]))
+        ax.plot(xs, ys, marker=markers[i % len(markers)], color=f"C{i}", alpha=0.85,
+                label=f"{label}: {per_doubling:.1f}× per doubling")
+    for j, (label, values) in enumerate((points or {}).items()):
+        for x, t in sorted(values.items()):
+            if isinstance(t, dict):
+                med, lo, hi = t["median_ms"], t["q1_ms"], t["q3_ms"]
+            elif hasattr(t, "quartiles_ms"):
+                med, (lo, hi) = t.median_ms, t.quartiles_ms
+            else:
+                med = lo = hi = float(t)
+            ax.errorbar([x], [med], yerr=[[med - lo], [hi - med]], fmt="*", markersize=13,
+                        color="black" if j == 0 else f"C{len(lines) + j}", capsize=4,
+                        label=label if x == min(values) else None)
+            ax.annotate(f"{med:.3g}", (x, med), textcoords="offset points", xytext=(8, -4),
+                        fontsize="small")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    xs = sorted({x for v in lines.values() for x in v})
+    ax.set_xticks(xs)
+    ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize="small", loc="upper left")
+    return fig
