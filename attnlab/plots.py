@@ -415,3 +415,69 @@ def plot_growth(lines, title, points=None, xlabel="sequence length T",
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize="small", loc="upper left")
     return fig
+
+
+# ---- notebook 10: knock-outs, each variant's median and IQR beside the kernel it changes
+
+def plot_knockouts(times, reference, title="", unit="ms"):
+    """Variants of one kernel (each with one trick removed) beside it, read by notebook 00's
+    rule. ``times`` = {label: Timing or row dict with median_ms, q1_ms, q3_ms}, one run of
+    interleaved repeats; ``reference`` = the label every other row is compared with (the
+    kernel itself). One point per row, its median with IQR bars, on a linear time axis; the
+    reference's IQR as a shaded band; each other row labelled with ``reference / row``: the
+    ratio of medians with its range, or "not resolved" when the two IQRs overlap."""
+    from .errors import InputError
+    rows = []
+    for label, t in times.items():
+        if isinstance(t, dict):
+            med, q1, q3 = t["median_ms"], t["q1_ms"], t["q3_ms"]
+        else:
+            med, (q1, q3) = t.median_ms, t.quartiles_ms
+        if not q1 <= med <= q3:
+            raise InputError(f"{label}: median {med} is not within its IQR {q1}..{q3}")
+        rows.append({"label": label, "median_ms": med, "q1_ms": q1, "q3_ms": q3})
+    labels = [r["label"] for r in rows]
+    if reference not in labels:
+        raise InputError(f"reference={reference!r} is not one of the rows: {labels}")
+    if len(rows) < 2:
+        raise InputError(f"need the reference and at least one variant, got {labels}")
+    ref = rows[labels.index(reference)]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.8), layout="constrained")
+    y = np.arange(len(rows))
+    ax.axvspan(ref["q1_ms"], ref["q3_ms"], color="tab:orange", alpha=0.15,
+               label=f"{reference}: IQR")
+    colors = {"reference": "tab:orange", "faster": "tab:green", "slower": "tab:red",
+              "not resolved": "tab:gray"}
+    legend = set()
+    for yi, r in zip(y, rows):
+        if r is ref:
+            kind, text = "reference", "the reference"
+        else:
+            ratio = ref["median_ms"] / r["median_ms"]
+            low, high = ref["q1_ms"] / r["q3_ms"], ref["q3_ms"] / r["q1_ms"]
+            if ref["q1_ms"] <= r["q3_ms"] and r["q1_ms"] <= ref["q3_ms"]:
+                kind, text = "not resolved", f"{ratio:.2f}x, not resolved (IQRs overlap)"
+            elif ratio >= 1:
+                kind, text = "faster", f"{ratio:.2f}x faster (range {low:.2f}-{high:.2f}x)"
+            else:
+                kind, text = "slower", f"{1 / ratio:.2f}x slower (range {1 / high:.2f}-{1 / low:.2f}x)"
+        name = {"reference": reference, "not resolved": "not resolved (IQRs overlap)"}.get(
+            kind, f"resolved: {kind} than {reference}")
+        ax.errorbar(r["median_ms"], yi, xerr=[[r["median_ms"] - r["q1_ms"]],
+                                              [r["q3_ms"] - r["median_ms"]]],
+                    fmt="o", color=colors[kind], capsize=4, label=None if kind in legend else name)
+        legend.add(kind)
+        ax.annotate(f"{r['median_ms']:.4g} {unit}: {text}", (r["median_ms"], yi),
+                    textcoords="offset points", xytext=(0, 8), ha="center", fontsize="small")
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(rows) - 0.4, -0.7)
+    lo = min(r["q1_ms"] for r in rows)
+    hi = max(r["q3_ms"] for r in rows)
+    pad = 0.6 * (hi - lo) or 0.05 * hi
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_xlabel(f"time ({unit}, median; bars: IQR)")
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+    return fig
