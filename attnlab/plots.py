@@ -413,6 +413,6 @@ def plot_stages_against_floors(measured, floors_ms, title, unit="ms"):
     ax.set_ylabel("stage, in the order it runs")
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize="small",
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize="small",
               frameon=False)
     return fig
