@@ -481,3 +481,56 @@ def plot_knockouts(times, reference, title="", unit="ms"):
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     return fig
+
+
+# ---- notebook 11: where the time goes, each stage beside its floor
+
+def plot_stages_against_floors(measured, floors_ms, title, unit="ms"):
+    """Each stage of a computation (one row per stage, in order) as horizontal bars: for each
+    measured series, the median with IQR bars, and on the same bar a black mark at the floor
+    that series is held against, labelled with measured / floor.
+
+    ``measured`` = {series label: {stage: Timing or row dict with median_ms, q1_ms, q3_ms}};
+    ``floors_ms`` = {floor label: {stage: ms}}, one per series, in the same order (the i-th
+    floor is the i-th series' floor). Every series and floor must name the same stages."""
+    from .errors import InputError
+    series, floors = list(measured), list(floors_ms)
+    if not series or len(floors) != len(series):
+        raise InputError(f"need one floor per measured series, got series {series} and floors "
+                         f"{floors}")
+    stages = list(measured[series[0]])
+    for label, values in [*measured.items(), *floors_ms.items()]:
+        if list(values) != stages:
+            raise InputError(f"{label!r} has stages {list(values)}, expected {stages}")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(stages) * len(series) + 2.2),
+                           layout="constrained")
+    y = np.arange(len(stages))
+    height = 0.8 / len(series)
+    for i, (label, floor_label) in enumerate(zip(series, floors)):
+        rows = []
+        for stage in stages:
+            t = measured[label][stage]
+            rows.append(t if isinstance(t, dict) else
+                        {"median_ms": t.median_ms, "q1_ms": t.quartiles_ms[0],
+                         "q3_ms": t.quartiles_ms[1]})
+        med, err = _iqr_bars(rows)
+        yi = y - 0.4 + height * (i + 0.5)
+        ax.barh(yi, med, height, xerr=err, color=f"C{i}", alpha=0.75, capsize=2,
+                label=f"{label}: median, IQR")
+        floor = np.array([floors_ms[floor_label][s] for s in stages])
+        ax.plot(floor, yi, linestyle="none", marker="|", markersize=14, markeredgewidth=2.5,
+                color="black" if i == 0 else "dimgray", label=floor_label)
+        for yy, m, f in zip(yi, med, floor):
+            ratio = f"{m / f:.2f}x floor" if f > 0 else "no floor"
+            ax.text(m, yy, f"  {m:.3g} {unit}, {ratio}", va="center", fontsize="small")
+    ax.set_yticks(y, stages)
+    ax.invert_yaxis()
+    ax.set_xlim(0, ax.get_xlim()[1] * 1.3)
+    ax.set_xlabel(f"time ({unit}, median; bars: IQR; marks: floors)")
+    ax.set_ylabel("stage, in the order it runs")
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize="small",
+              frameon=False)
+    return fig
