@@ -16,16 +16,6 @@ SERIES = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + sorted((NOTEBOOKS / "exe
 MAIN_PATH_WORDS = 2000
 CELL_WORDS = 300
 EVIDENCE = "## Evidence"
-# Notebooks not yet given this shape (#21 is under way: 12 and 13 have it). Strict: a notebook
-# that gets it must leave this set, or its test fails as an unexpected pass.
-NOT_YET = {f"{n:02d}" for n in range(3, 12)}
-
-
-def todo(paths):
-    """The paths, those in NOT_YET marked as expected to fail (strictly)."""
-    mark = pytest.mark.xfail(strict=True, reason="not yet restructured (#21)")
-    return [pytest.param(p, id=p.name, marks=mark) if p.name[:2] in NOT_YET
-            else pytest.param(p, id=p.name) for p in paths]
 
 
 def words(text):
@@ -43,7 +33,7 @@ def test_there_are_eleven_kernel_notebooks():
     assert [p.name[:2] for p in KERNEL_NOTEBOOKS] == [f"{n:02d}" for n in range(3, 14)]
 
 
-@pytest.mark.parametrize("path", todo(KERNEL_NOTEBOOKS))
+@pytest.mark.parametrize("path", KERNEL_NOTEBOOKS, ids=[p.name for p in KERNEL_NOTEBOOKS])
 def test_main_path_is_short_and_ends_at_the_evidence_part(path):
     md = markdown(path)
     heads = [i for i, s in enumerate(md) if s.splitlines()[0].strip() == EVIDENCE]
@@ -52,14 +42,14 @@ def test_main_path_is_short_and_ends_at_the_evidence_part(path):
     assert main <= MAIN_PATH_WORDS, f"{path.name}: the main path has {main} words"
 
 
-@pytest.mark.parametrize("path", todo(KERNEL_NOTEBOOKS))
+@pytest.mark.parametrize("path", KERNEL_NOTEBOOKS, ids=[p.name for p in KERNEL_NOTEBOOKS])
 def test_one_idea_per_markdown_cell(path):
     long = [(i, words(s), s.splitlines()[0][:60]) for i, s in enumerate(markdown(path))
             if words(s) > CELL_WORDS]
     assert not long, f"{path.name}: markdown cells over {CELL_WORDS} words: {long}"
 
 
-@pytest.mark.parametrize("path", todo(KERNEL_NOTEBOOKS))
+@pytest.mark.parametrize("path", KERNEL_NOTEBOOKS, ids=[p.name for p in KERNEL_NOTEBOOKS])
 def test_the_series_ladder_and_an_evidence_figure_from_attnlab_plots(path):
     """At least two figures drawn in the stored outputs: the series-wide ladder
     (plots.plot_ladder) and at least one more of the notebook's own, both by attnlab.plots."""
