@@ -9,22 +9,13 @@ import pytest
 from attnlab import prose
 
 PATHS = prose.default_paths()
-# Notebooks whose prose is rewritten with their restructuring (#21 is under way: 00-02, 12, 13,
-# the exercises and README pass). Strict: a notebook that passes must leave this set.
-NOT_YET = {f"{n:02d}" for n in range(3, 12)}
 
 
 def _ids(path):
     return prose.display_name(path)
 
 
-def _params(paths):
-    mark = pytest.mark.xfail(strict=True, reason="prose not yet rewritten from its outputs (#21)")
-    return [pytest.param(p, id=_ids(p), marks=mark) if p.name[:2] in NOT_YET and p.suffix == ".ipynb"
-            and p.parent.name == "notebooks" else pytest.param(p, id=_ids(p)) for p in paths]
-
-
-@pytest.mark.parametrize("path", _params(PATHS))
+@pytest.mark.parametrize("path", PATHS, ids=[_ids(p) for p in PATHS])
 def test_every_prose_number_is_printed_cited_or_declared(path):
     result = prose.check_path(path)
     assert result.checked > 0, f"{_ids(path)}: no checked number found: is the extraction broken?"
