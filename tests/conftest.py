@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from attnlab import device, gemm, kernels
+from attnlab import bench, device, gemm, kernels
 from attnlab.device import gpu_status
 from attnlab.problem import DEFAULT, SMALL  # noqa: F401 (tests import them from here)
 
@@ -34,6 +34,7 @@ def forbid_gpu(monkeypatch):
     def touched(*a, **k):
         raise AssertionError("the GPU was used before the arguments were checked")
     monkeypatch.setattr(device, "gpu_status", touched)
+    monkeypatch.setattr(bench, "context", touched)
     monkeypatch.setattr(gemm, "_handle", None)
     monkeypatch.setattr(gemm, "_cublas", None)
     monkeypatch.setattr(kernels, "load", touched)

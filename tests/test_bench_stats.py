@@ -2,28 +2,19 @@
 describe_speedup, and the argument checks of interleaved and flush_effect, which must
 refuse bad input with an InputError before they touch the GPU.
 
-``touch_gpu`` replaces bench.context (the first GPU call of both functions) and
-device.gpu_status with a function that raises TouchedGPU: an InputError is then proof that
-the check ran first.
+``forbid_gpu`` (tests/conftest.py) makes bench.context (the first GPU call of both functions)
+and device.gpu_status raise AssertionError: an InputError is then proof that the check ran
+first.
 """
 import numpy as np
 import pytest
 
-from attnlab import bench, device
+from attnlab import bench
 from attnlab.bench import Timing
 from attnlab.errors import InputError
 
 
-class TouchedGPU(Exception):
-    pass
-
-
-@pytest.fixture
-def touch_gpu(monkeypatch):
-    def touched(*a, **k):
-        raise TouchedGPU("the GPU was used")
-    monkeypatch.setattr(bench, "context", touched)
-    monkeypatch.setattr(device, "gpu_status", touched)
+USED_GPU = "the GPU was used"
 
 
 # ------------------------------------------------------------------ Timing
@@ -114,11 +105,11 @@ def ok():
     return None
 
 
-def test_the_fixture_catches_gpu_use(touch_gpu):
+def test_the_fixture_catches_gpu_use(forbid_gpu):
     """Valid arguments do reach the GPU: the fixture sees it (so the rows below can fail)."""
-    with pytest.raises(TouchedGPU):
+    with pytest.raises(AssertionError, match=USED_GPU):
         bench.interleaved({"a": ok})
-    with pytest.raises(TouchedGPU):
+    with pytest.raises(AssertionError, match=USED_GPU):
         bench.flush_effect(ok)
 
 
@@ -133,14 +124,14 @@ def test_the_fixture_catches_gpu_use(touch_gpu):
     pytest.param(dict(fns={"a": ok}, repeats=True), "repeats must be an int", id="repeats-bool"),
     pytest.param(dict(fns={"a": ok}, warmup=-1), "warmup must be >= 0, got -1", id="warmup"),
 ])
-def test_interleaved_checks_before_the_gpu(touch_gpu, kwargs, message):
+def test_interleaved_checks_before_the_gpu(forbid_gpu, kwargs, message):
     with pytest.raises(InputError) as e:
         bench.interleaved(**kwargs)
     assert message in str(e.value)
 
 
-def test_interleaved_accepts_zero_warmup_then_uses_the_gpu(touch_gpu):
-    with pytest.raises(TouchedGPU):
+def test_interleaved_accepts_zero_warmup_then_uses_the_gpu(forbid_gpu):
+    with pytest.raises(AssertionError, match=USED_GPU):
         bench.interleaved({"a": ok}, repeats=1, warmup=0)
 
 
@@ -148,15 +139,12 @@ def test_interleaved_accepts_zero_warmup_then_uses_the_gpu(touch_gpu):
     lambda: bench.interleaved({"a": ok}, flush="bogus"),
     lambda: bench.benchmark(ok, flush="bogus"),
 ], ids=["interleaved", "benchmark"])
-def test_bad_flush_is_refused_before_the_gpu(touch_gpu, call):
+def test_bad_flush_is_refused_before_the_gpu(forbid_gpu, call):
     with pytest.raises(InputError, match="flush must be one of"):
         call()
 
 
-def test_l2flusher_checks_its_method_first(monkeypatch):
-    def touched(*a, **k):
-        raise TouchedGPU("the GPU was used")
-    monkeypatch.setattr(bench, "context", touched)
+def test_l2flusher_checks_its_method_first(forbid_gpu):
     with pytest.raises(InputError, match=r"flush must be one of \('read', 'memset'\), got 'x'"):
         bench.L2Flusher("x")
 
@@ -168,13 +156,13 @@ def test_l2flusher_checks_its_method_first(monkeypatch):
     pytest.param(dict(fn=ok, repeats="50"), "repeats must be an int, got str '50'",
                  id="repeats-str"),
 ])
-def test_flush_effect_checks_before_the_gpu(touch_gpu, kwargs, message):
+def test_flush_effect_checks_before_the_gpu(forbid_gpu, kwargs, message):
     with pytest.raises(InputError) as e:
         bench.flush_effect(**kwargs)
     assert message in str(e.value)
 
 
 @pytest.mark.parametrize("warmup", [-1, 1.5])
-def test_flush_effect_checks_warmup_before_the_gpu(touch_gpu, warmup):
+def test_flush_effect_checks_warmup_before_the_gpu(forbid_gpu, warmup):
     with pytest.raises(InputError, match="warmup must be"):
         bench.flush_effect(ok, warmup=warmup)
