@@ -166,29 +166,46 @@ def benchmark(fn, repeats=10, warmup=2, flush_l2=True, flush="read"):
     return interleaved({"fn": fn}, repeats, warmup, flush_l2, flush)["fn"]
 
 
+def median_quartiles(t):
+    """(median, q1, q3) in ms of a Timing, or of a row dict with median_ms, q1_ms, q3_ms (as
+    committed results store them)."""
+    if isinstance(t, dict):
+        return t["median_ms"], t["q1_ms"], t["q3_ms"]
+    return (t.median_ms, *t.quartiles_ms)
+
+
 def overlap(a, b):
-    """True when the interquartile ranges of two Timings overlap: not resolved."""
-    (a1, a3), (b1, b3) = a.quartiles_ms, b.quartiles_ms
+    """True when the interquartile ranges of two Timings (or row dicts) overlap: not resolved."""
+    (_, a1, a3), (_, b1, b3) = median_quartiles(a), median_quartiles(b)
     return a1 <= b3 and b1 <= a3
 
 
 def speedup(before, after):
-    """'before / after' of two Timings: (median ratio, low, high), low and high from the
-    quartiles (the slow quarter of ``after`` against the fast quarter of ``before``)."""
-    (b1, b3), (a1, a3) = before.quartiles_ms, after.quartiles_ms
-    return before.median_ms / after.median_ms, b1 / a3, b3 / a1
+    """'before / after' of two Timings (or row dicts): (median ratio, low, high), low and high
+    from the quartiles (the slow quarter of ``after`` against the fast quarter of ``before``)."""
+    (bm, b1, b3), (am, a1, a3) = median_quartiles(before), median_quartiles(after)
+    return bm / am, b1 / a3, b3 / a1
+
+
+def verdict(before, after):
+    """Notebook 00's rule for ``after`` against ``before``: (kind, ratio, low, high), kind
+    "not resolved" (the IQRs overlap), "faster" or "slower"; for "slower" the ratio and its
+    range are after / before, so that they read as "1.03x slower"."""
+    ratio, low, high = speedup(before, after)
+    if overlap(before, after):
+        return "not resolved", ratio, low, high
+    if ratio >= 1:
+        return "faster", ratio, low, high
+    return "slower", 1 / ratio, 1 / high, 1 / low
 
 
 def describe_speedup(before, after, names=("before", "after")):
     """One line: the ratio of medians with its range, or 'not resolved' when the IQRs overlap."""
-    ratio, low, high = speedup(before, after)
-    if overlap(before, after):
+    kind, ratio, low, high = verdict(before, after)
+    if kind == "not resolved":
         return (f"{names[1]} vs {names[0]}: {ratio:.2f}x, not resolved on this GPU "
                 f"(interquartile ranges overlap)")
-    if ratio >= 1:
-        return f"{names[1]} is {ratio:.2f}x faster than {names[0]} (range {low:.2f}-{high:.2f}x)"
-    return (f"{names[1]} is {1 / ratio:.2f}x slower than {names[0]} "
-            f"(range {1 / high:.2f}-{1 / low:.2f}x)")
+    return f"{names[1]} is {ratio:.2f}x {kind} than {names[0]} (range {low:.2f}-{high:.2f}x)"
 
 
 def sweep(fn, block_sizes=BLOCK_SIZES, **kwargs):

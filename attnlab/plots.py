@@ -1,6 +1,8 @@
 """The series' plots, so every notebook draws timings the same way (matplotlib)."""
 import numpy as np
 
+from . import bench
+
 
 def _plt():
     import matplotlib.pyplot as plt
@@ -66,6 +68,12 @@ def heatmap(matrix, title="", ax=None, cmap="viridis", log=False):
 
 # ---------------------------------------------------------------- the lessons' two pictures
 
+def _row(t, **extra):
+    """A row dict (median_ms, q1_ms, q3_ms and ``extra``) of a Timing or of a row dict."""
+    med, q1, q3 = bench.median_quartiles(t)
+    return {**extra, "median_ms": med, "q1_ms": q1, "q3_ms": q3}
+
+
 def _iqr_bars(rows):
     """(medians, [lower, upper] error lengths) of rows that carry median/q1/q3 in ms."""
     med = np.array([r["median_ms"] for r in rows])
@@ -128,13 +136,7 @@ def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms
     ceilings allow (``floors_ms`` = {name: ms}) as vertical lines, and the prediction as a
     shaded band (``predicted_ms`` = (low, high) in ms, or None)."""
     plt = _plt()
-    rows = []
-    for label, t in measured.items():
-        if isinstance(t, dict):
-            rows.append(dict(t, label=label))
-        else:
-            q1, q3 = t.quartiles_ms
-            rows.append({"label": label, "median_ms": t.median_ms, "q1_ms": q1, "q3_ms": q3})
+    rows = [_row(t, label=label) for label, t in measured.items()]
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 2.2), layout="constrained")
     y = np.arange(len(rows))
     med, err = _iqr_bars(rows)
@@ -337,18 +339,9 @@ def plot_instruction_model(stacks, issue_per_s, measured=None, lines=None, title
         ax.text(xi - width / 2, top, f"{total / 1e9:.2f} G", ha="center", va="bottom",
                 fontsize="small")
     if measured:
-        rows = []
-        for k in keys:
-            t = measured.get(k)
-            if t is None:
-                continue
-            if isinstance(t, dict):
-                rows.append((k, t["median_ms"], t["q1_ms"], t["q3_ms"]))
-            else:
-                rows.append((k, t.median_ms, *t.quartiles_ms))
-        xm = np.array([keys.index(r[0]) for r in rows]) + width / 2
-        med = np.array([r[1] for r in rows])
-        err = [med - np.array([r[2] for r in rows]), np.array([r[3] for r in rows]) - med]
+        rows = [_row(measured[k], key=k) for k in keys if measured.get(k) is not None]
+        xm = np.array([keys.index(r["key"]) for r in rows]) + width / 2
+        med, err = _iqr_bars(rows)
         ax.errorbar(xm, med, yerr=err, fmt="s", color="black", capsize=4,
                     label="measured (median, IQR)")
     styles = (("v", "tab:red"), ("^", "tab:brown"), ("D", "tab:purple"), ("X", "tab:gray"))
@@ -393,10 +386,8 @@ def plot_growth(lines, title, points=None, xlabel="sequence length T",
                 label=f"{label}: {per_doubling:.1f}× per doubling")
     for j, (label, values) in enumerate((points or {}).items()):
         for x, t in sorted(values.items()):
-            if isinstance(t, dict):
-                med, lo, hi = t["median_ms"], t["q1_ms"], t["q3_ms"]
-            elif hasattr(t, "quartiles_ms"):
-                med, (lo, hi) = t.median_ms, t.quartiles_ms
+            if isinstance(t, dict) or hasattr(t, "quartiles_ms"):
+                med, lo, hi = bench.median_quartiles(t)
             else:
                 med = lo = hi = float(t)
             ax.errorbar([x], [med], yerr=[[med - lo], [hi - med]], fmt="*", markersize=13,
@@ -427,15 +418,11 @@ def plot_knockouts(times, reference, title="", unit="ms"):
     reference's IQR as a shaded band; each other row labelled with ``reference / row``: the
     ratio of medians with its range, or "not resolved" when the two IQRs overlap."""
     from .errors import InputError
-    rows = []
-    for label, t in times.items():
-        if isinstance(t, dict):
-            med, q1, q3 = t["median_ms"], t["q1_ms"], t["q3_ms"]
-        else:
-            med, (q1, q3) = t.median_ms, t.quartiles_ms
-        if not q1 <= med <= q3:
-            raise InputError(f"{label}: median {med} is not within its IQR {q1}..{q3}")
-        rows.append({"label": label, "median_ms": med, "q1_ms": q1, "q3_ms": q3})
+    rows = [_row(t, label=label) for label, t in times.items()]
+    for r in rows:
+        if not r["q1_ms"] <= r["median_ms"] <= r["q3_ms"]:
+            raise InputError(f"{r['label']}: median {r['median_ms']} is not within its IQR "
+                             f"{r['q1_ms']}..{r['q3_ms']}")
     labels = [r["label"] for r in rows]
     if reference not in labels:
         raise InputError(f"reference={reference!r} is not one of the rows: {labels}")
@@ -454,14 +441,9 @@ def plot_knockouts(times, reference, title="", unit="ms"):
         if r is ref:
             kind, text = "reference", "the reference"
         else:
-            ratio = ref["median_ms"] / r["median_ms"]
-            low, high = ref["q1_ms"] / r["q3_ms"], ref["q3_ms"] / r["q1_ms"]
-            if ref["q1_ms"] <= r["q3_ms"] and r["q1_ms"] <= ref["q3_ms"]:
-                kind, text = "not resolved", f"{ratio:.2f}x, not resolved (IQRs overlap)"
-            elif ratio >= 1:
-                kind, text = "faster", f"{ratio:.2f}x faster (range {low:.2f}-{high:.2f}x)"
-            else:
-                kind, text = "slower", f"{1 / ratio:.2f}x slower (range {1 / high:.2f}-{1 / low:.2f}x)"
+            kind, ratio, low, high = bench.verdict(ref, r)
+            text = (f"{ratio:.2f}x, not resolved (IQRs overlap)" if kind == "not resolved" else
+                    f"{ratio:.2f}x {kind} (range {low:.2f}-{high:.2f}x)")
         name = {"reference": reference, "not resolved": "not resolved (IQRs overlap)"}.get(
             kind, f"resolved: {kind} than {reference}")
         ax.errorbar(r["median_ms"], yi, xerr=[[r["median_ms"] - r["q1_ms"]],
@@ -508,12 +490,7 @@ def plot_stages_against_floors(measured, floors_ms, title, unit="ms"):
     y = np.arange(len(stages))
     height = 0.8 / len(series)
     for i, (label, floor_label) in enumerate(zip(series, floors)):
-        rows = []
-        for stage in stages:
-            t = measured[label][stage]
-            rows.append(t if isinstance(t, dict) else
-                        {"median_ms": t.median_ms, "q1_ms": t.quartiles_ms[0],
-                         "q3_ms": t.quartiles_ms[1]})
+        rows = [_row(measured[label][stage]) for stage in stages]
         med, err = _iqr_bars(rows)
         yi = y - 0.4 + height * (i + 0.5)
         ax.barh(yi, med, height, xerr=err, color=f"C{i}", alpha=0.75, capsize=2,
