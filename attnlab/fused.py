@@ -46,20 +46,22 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # source's flash_backward_prep writes first (with D, from dout as it lies); their flash_backward
 # writes dinp directly, so they need neither do nor dqkvr (KERNEL_BUFFERS).
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
-                    12: "flash_attention12", 13: "flash_attention13"}
+                    12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128}
-DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False}
-BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256}
-WGMMA_KERNELS = (12, 13)
-TF32_ONLY = (12, 13)
-TILED = (13,)
+OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128}
+DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False}
+BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256}
+WGMMA_KERNELS = (12, 13, 14)
+TF32_ONLY = (12, 13, 14)
+TILED = (13, 14)
+PREP_SOURCE = "flash_attention13"    # the TILED kernels' flash_backward_prep
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          10: "128 rows per block, 32 per warp",
          11: "kernel 10 with dQ added by atomics (5 tile products instead of 7)",
          12: "on Hopper's warpgroup MMA (wgmma)",
-         13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly"}
+         13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly",
+         14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead"}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -157,6 +159,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version in WGMMA_KERNELS:
         own, other = OWN_ROWS[version], TILE
         floats = 3 * own * HEAD_SIZES[0] + 4 * other * HEAD_SIZES[0] + other * own + 2 * other
+        if version == 14:   # a second stage of Q and dO, three 8-byte mbarriers
+            floats += 2 * other * HEAD_SIZES[0] + 3 * 2
     elif kernel == "flash_backward":    # 11: sK, sV; sQ, sdO of 32 rows; lse, D; dS^T
         own, other = OWN_ROWS[version], TILE // 2
         floats = 2 * (own + other) * (TILE_FLOATS // TILE) + 2 * other + own * (other + 8)
@@ -365,8 +369,8 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
         fn.prepare(ARG_FORMATS[name])
         return fn
     check_supported(tf32, version)
-    backward = name in ("flash_backward", "flash_backward_prep")
-    source = BACKWARD_SOURCES[version] if backward else SOURCE
+    source = {"flash_backward": BACKWARD_SOURCES[version],
+              "flash_backward_prep": PREP_SOURCE}.get(name, SOURCE)
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
     fn.prepare(ARG_FORMATS["flash_backward_tiled" if name == "flash_backward" and version in TILED
                            else name])

@@ -37,25 +37,6 @@
 // (B, T, 3*NH*64); tiles (B*NH, ceil(T/64), 4, 64*64); lse and D (B*NH*T).
 #include "flash_wgmma.cuh"
 
-#define TILE_FLOATS (4 * OTHER * HS)     // one query tile in its four layouts: Q, dO, Q^T, dO^T
-
-__device__ __forceinline__ void cp_async16(float* s, const float* g) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                 :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(s))), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
-
-// Copy half a query tile (Q and dO, or Q^T and dO^T: 8192 floats) into shared memory.
-__device__ __forceinline__ void copy_half(float* s, const float* g) {
-#pragma unroll
-    for (int i = 0; i < TILE_FLOATS / 2 / 4 / NUM_THREADS; ++i) {
-        const int f = 4 * (threadIdx.x + NUM_THREADS * i);
-        cp_async16(s + f, g + f);
-    }
-}
-
 // Query tile i of one (b, h): Q and dO rows 64 i .. 64 i + 63 in the four layouts, rounded, and
 // D = rowsum(dO o O) of those rows (fp32, before rounding).
 extern "C" __global__ void __launch_bounds__(NUM_THREADS)

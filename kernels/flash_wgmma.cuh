@@ -1,7 +1,7 @@
-// flash_wgmma.cuh: what fused backward kernels 12 and 13 (flash_attention12.cu,
-// flash_attention13.cu) share: their geometry, TF32 rounding, the order of the queries in the
-// transposed tiles (kpos), loading rows of a (T, 64) matrix into the K-major tiles wgmma reads,
-// and the store of dK and dV.
+// flash_wgmma.cuh: what fused backward kernels 12-14 (flash_attention12.cu .. 14.cu) share:
+// their geometry, TF32 rounding, the order of the queries in the transposed tiles (kpos),
+// loading rows of a (T, 64) matrix into the K-major tiles wgmma reads, the store of dK and dV,
+// and (kernels 13 and 14) copying ready-made query tiles with cp.async.
 #pragma once
 #include "wgmma_tf32.cuh"
 
@@ -9,13 +9,13 @@
 #define HEAD_SIZE 64
 #endif
 #if HEAD_SIZE != 64
-#error "fused kernels 12 and 13 support HEAD_SIZE=64 only"
+#error "fused kernels 12-14 support HEAD_SIZE=64 only"
 #endif
 #ifndef TF32
 #define TF32 1
 #endif
 #if !TF32
-#error "fused kernels 12 and 13 are TF32 only: for fp32 accuracy use kernel 11 (3xTF32)"
+#error "fused kernels 12-14 are TF32 only: for fp32 accuracy use kernel 11 (3xTF32)"
 #endif
 
 #define HS HEAD_SIZE
@@ -95,3 +95,26 @@ __device__ __forceinline__ void store_dkdv(float* __restrict__ dk, float* __rest
         }
     }
 }
+
+// The query tiles of kernels 13 and 14 (flash_backward_prep, in flash_attention13.cu).
+#define TILE_FLOATS (4 * OTHER * HS)     // one query tile in its four layouts: Q, dO, Q^T, dO^T
+
+__device__ __forceinline__ void cp_async16(float* s, const float* g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 :: "r"(static_cast<uint32_t>(__cvta_generic_to_shared(s))), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+
+// Copy LAYOUTS consecutive layouts of a query tile (64 x 64 floats each) into shared memory.
+template <int LAYOUTS>
+__device__ __forceinline__ void copy_layouts(float* s, const float* g) {
+#pragma unroll
+    for (int i = 0; i < LAYOUTS * OTHER * HS / 4 / NUM_THREADS; ++i) {
+        const int f = 4 * (threadIdx.x + NUM_THREADS * i);
+        cp_async16(s + f, g + f);
+    }
+}
+// Half a query tile: Q and dO, or Q^T and dO^T (8192 floats).
+__device__ __forceinline__ void copy_half(float* s, const float* g) { copy_layouts<2>(s, g); }

@@ -1,0 +1,216 @@
+// flash_attention14.cu: kernel 14, kernel 13 with its query tiles copied by the copy engine, one
+// tile ahead.
+//
+// WHAT CHANGED from kernel 13 (flash_attention13.cu), and why it is faster. Taking kernel 13's
+// pieces away one at a time (benchmarks/fused_k14_costs.py, docs/fused-speed.md) showed its
+// copies of the query tiles costing about 2.8 ms of 20 at T=16384: each of the 256 threads
+// issued 32 cp.async of 16 bytes per tile step, and the Q and dO of the next tile were started
+// only after the dS barrier, under the last third of a step, so the products of the next step
+// waited for them. Here:
+//   1. One thread copies each half tile (Q and dO, or Q^T and dO^T: 32 KiB, contiguous in the
+//      tiles buffer) with one cp.async.bulk, the copy engine's plain bulk copy, which signals an
+//      mbarrier when its bytes have landed; the other threads issue no copies and wait on the
+//      mbarrier's phase.
+//   2. Q and dO have two stages in shared memory: those of tile i+1 are started at the start of
+//      step i, a whole step before S^T and dP^T read them, instead of under dV, dK and dQ.
+// Everything else (products, layouts, rounding, dS, dQ atomics, the prep kernel: kernel 13's
+// flash_backward_prep) is kernel 13's. TF32 only; not bit-identical (dq's atomics).
+//
+// Launch geometry (attnlab/fused.py): as kernel 13, dynamic shared memory 229,912 bytes
+// (kernel 13's 197,120, a second stage of Q and dO, three mbarriers).
+#include "flash_wgmma.cuh"
+
+#define HALF_TILE_BYTES (2 * OTHER * HS * 4)   // Q and dO, or Q^T and dO^T
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(bar)) : "memory");
+}
+// Copy HALF_TILE_BYTES from global g to shared s; bar's phase completes when they have landed.
+__device__ __forceinline__ void copy_half_bulk(float* s, const float* g, uint64_t* bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(bar)), "n"(HALF_TILE_BYTES) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(s)), "l"(g), "n"(HALF_TILE_BYTES), "r"(smem_addr(bar)) : "memory");
+}
+// Wait until bar completes the phase whose parity is `phase`.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+    asm volatile("{\n.reg .pred done;\nwait:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait;\n}" :: "r"(smem_addr(bar)), "r"(phase) : "memory");
+}
+
+// One block: key tile J (128 keys, k0 = 128 J) of one (b, h) over query tiles i of 64 (q0 = 64 i
+// >= k0). blockIdx.x = b*NH + h, blockIdx.y = J (the longest first).
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+flash_backward(float* __restrict__ dinp, const float* __restrict__ tiles, const float* __restrict__ k,
+               const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ D,
+               int T, int NH, float scale) {
+    extern __shared__ float4 smem4[];
+    float* sK = reinterpret_cast<float*>(smem4);   // OWN x HS     (A of S^T)
+    float* sV = sK + OWN * HS;                      // OWN x HS     (A of dP^T)
+    float* sKt = sV + OWN * HS;                     // HS x OWN     (B of dQ)
+    float* sQdO = sKt + OWN * HS;                   // 2 stages of Q, dO (OTHER x HS each: B of S^T, dP^T)
+    float* sQt = sQdO + 4 * OTHER * HS;             // HS x OTHER   (B of dK, queries at kpos)
+    float* sdOt = sQt + OTHER * HS;                 // HS x OTHER   (B of dV, queries at kpos)
+    float* sdS = sdOt + OTHER * HS;                 // OTHER x OWN  (A of dQ)
+    float* sLse = sdS + OTHER * OWN;                // lse * log2(e) of the query tile
+    float* sD = sLse + OTHER;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(sD + OTHER);   // Q/dO stage 0, stage 1, Q^T/dO^T
+    const int n_other = (T + OTHER - 1) / OTHER;
+    const size_t bh = (size_t)blockIdx.x * T;
+    k += bh * HS; v += bh * HS; lse += bh; D += bh;
+    const int ld = 3 * NH * HS;                     // dinp's row: dq, dk, dv of all heads
+    float* dq = dinp + (size_t)(blockIdx.x / NH) * T * ld + (blockIdx.x % NH) * HS;
+    float* dk = dq + NH * HS;
+    float* dv = dk + NH * HS;
+    tiles += (size_t)blockIdx.x * n_other * TILE_FLOATS;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int k0 = blockIdx.y * OWN, krow = 64 * wg + 16 * warp + g;   // + 8r: the thread's keys
+    const float c = scale * LOG2E;
+    const int i0 = k0 / OTHER;                      // the first query tile; tile i is in stage (i - i0) % 2
+
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < 3; ++b) mbar_init(bars + b);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");   // before the copy engine uses them
+        copy_half_bulk(sQdO, tiles + (size_t)i0 * TILE_FLOATS, bars);
+    }
+    {
+        Rows<OWN> r;
+        load_rows(r, k, k0, T, HS);
+        store_rows<OWN, false>(r, sK, sKt);
+        load_rows(r, v, k0, T, HS);
+        store_rows<OWN, false>(r, sV, nullptr);
+    }
+    fence_async_shared();                           // K, V and K^T, before wgmma reads them
+    const float* sKw = sK + 64 * wg * HS;           // the warpgroup's 64 rows
+    const float* sVw = sV + 64 * wg * HS;
+    const float* sKtw = sKt + 32 * wg * OWN;        // dims 32 wg .. 32 wg + 31 of K^T
+    float dK[32], dV[32];
+#pragma unroll
+    for (int n = 0; n < 32; ++n) dK[n] = dV[n] = 0.f;
+
+    float next_lse = 0.f, next_d = 0.f;
+    if (threadIdx.x < OTHER && i0 * OTHER + threadIdx.x < T) {
+        next_lse = lse[i0 * OTHER + threadIdx.x] * LOG2E;
+        next_d = D[i0 * OTHER + threadIdx.x];
+    }
+    uint32_t phases = 0;                            // bit b: the parity of mbarrier b's next phase
+    for (int i = i0; i < n_other; ++i) {
+        const int q0 = i * OTHER, stage = (i - i0) & 1;
+        const float* sQ = sQdO + 2 * stage * OTHER * HS;
+        const float* sdO = sQ + OTHER * HS;
+        __syncthreads();   // every wgmma of the previous tile has read its tiles (waited below)
+        if (threadIdx.x == 0) {
+            copy_half_bulk(sQt, tiles + (size_t)i * TILE_FLOATS + 2 * OTHER * HS, bars + 2);   // Q^T, dO^T
+            if (i + 1 < n_other)   // the next tile's Q and dO, into the other stage
+                copy_half_bulk(sQdO + 2 * (stage ^ 1) * OTHER * HS, tiles + (size_t)(i + 1) * TILE_FLOATS,
+                               bars + (stage ^ 1));
+        }
+        if (threadIdx.x < OTHER) {
+            sLse[threadIdx.x] = next_lse;
+            sD[threadIdx.x] = next_d;
+        }
+        mbar_wait(bars + stage, (phases >> stage) & 1);   // Q and dO of this tile have landed
+        phases ^= 1u << stage;
+        __syncthreads();        // lse and D
+
+        // S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys x the tile's 64 queries
+        float s[32], p[32];
+        wg_hold(s);
+        wg_hold(p);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) wgmma64_ss(s, wg_desc(sKw + 64 * kk, HS), wg_desc(sQ + 64 * kk, HS), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) wgmma64_ss(p, wg_desc(sVw + 64 * kk, HS), wg_desc(sdO + 64 * kk, HS), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(s);
+        wg_hold(p);
+
+        // P^T and dS^T = P^T o (dP^T - D), rounded to TF32 (the A operands of dV and dK).
+        // Element 4j + 2r + e: key k0 + krow + 8r, query q0 + 8j + 2t + e.
+        const bool edge = q0 < k0 + OWN || q0 + OTHER > T;   // tiles that need the causal mask
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = 8 * j + 2 * t + e;
+                const float lse2 = sLse[col], d = sD[col];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int at = 4 * j + 2 * r + e, key = k0 + krow + 8 * r;
+                    float x = exp2f(fmaf(c, s[at], -lse2));
+                    if (edge && (key > q0 + col || q0 + col >= T)) x = 0.f;
+                    p[at] = round_tf32(x * (p[at] - d));
+                    s[at] = round_tf32(x);
+                }
+            }
+        // dS to shared memory for dQ; lanes g >= 4 take query 2t+1 first: 32 banks per store
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int ee = 0; ee < 2; ++ee) {
+                const int e = ee ^ (g >> 2), col = 8 * j + 2 * t + e;
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    sdS[core_index(col, krow + 8 * r, OWN)] = e ? p[4 * j + 2 * r + 1] : p[4 * j + 2 * r];
+            }
+        fence_async_shared();   // dS, before wgmma reads it
+        mbar_wait(bars + 2, (phases >> 2) & 1);   // Q^T and dO^T have landed
+        phases ^= 4u;
+        __syncthreads();        // dS of both warpgroups is in shared memory
+        if (threadIdx.x < OTHER && i + 1 < n_other) {   // queries past T: 0, not the last tile's values
+            const bool in = q0 + OTHER + threadIdx.x < T;
+            next_lse = in ? lse[q0 + OTHER + threadIdx.x] * LOG2E : 0.f;
+            next_d = in ? D[q0 + OTHER + threadIdx.x] : 0.f;
+        }
+
+        // dV += P^T dO and dK += dS^T Q (A from registers: k = t, t+4 are queries 2t, 2t+1),
+        // then dQ (64 queries x the warpgroup's 32 dims) = dS K over the 128 keys
+        wg_hold(dV);
+        wg_hold(dK);
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t a[4] = {__float_as_uint(s[4 * j]), __float_as_uint(s[4 * j + 2]),
+                                   __float_as_uint(s[4 * j + 1]), __float_as_uint(s[4 * j + 3])};
+            wgmma64_rs(dV, a, wg_desc(sdOt + 64 * j, OTHER), 1);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t a[4] = {__float_as_uint(p[4 * j]), __float_as_uint(p[4 * j + 2]),
+                                   __float_as_uint(p[4 * j + 1]), __float_as_uint(p[4 * j + 3])};
+            wgmma64_rs(dK, a, wg_desc(sQt + 64 * j, OTHER), 1);
+        }
+        float dQ[16];
+#pragma unroll
+        for (int kk = 0; kk < OWN / 8; ++kk) wgmma32_ss(dQ, wg_desc(sdS + 64 * kk, OWN), wg_desc(sKtw + 64 * kk, OWN), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(dV);
+        wg_hold(dK);
+        wg_hold(dQ);
+
+        // dq += scale dQ: lane t even keeps row g (r = 0) and takes its partner's two dims of
+        // it; odd keeps row g + 8. One float4 per 8 dims.
+        const int odd = t & 1, row = q0 + 16 * warp + g + 8 * odd;
+        float* out = dq + (size_t)row * ld + 32 * wg + 2 * (t & ~1);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float keep0 = odd ? dQ[4 * j + 2] : dQ[4 * j], keep1 = odd ? dQ[4 * j + 3] : dQ[4 * j + 1];
+            const float give0 = odd ? dQ[4 * j] : dQ[4 * j + 2], give1 = odd ? dQ[4 * j + 1] : dQ[4 * j + 3];
+            const float got0 = __shfl_xor_sync(0xffffffff, give0, 1);
+            const float got1 = __shfl_xor_sync(0xffffffff, give1, 1);
+            const float4 x = odd ? make_float4(got0, got1, keep0, keep1) : make_float4(keep0, keep1, got0, got1);
+            if (row < T)
+                atomicAdd(reinterpret_cast<float4*>(out + 8 * j),
+                          make_float4(scale * x.x, scale * x.y, scale * x.z, scale * x.w));
+        }
+    }
+    store_dkdv(dk, dv, ld, dK, dV, k0 + krow, T, scale, t);
+}
