@@ -5,7 +5,7 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernel 13, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          (kernels 13 and 14, TILED: dout, q, o --flash_backward_prep--> query tiles and D
           --flash_backward--> dinp (B,T,3C), without the permutes)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
@@ -16,9 +16,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-13 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-14 add dQ with
 atomics into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12 and 13 run on Hopper's wgmma, in TF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-14 run on Hopper's wgmma, in TF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -54,7 +54,7 @@ BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256}
 WGMMA_KERNELS = (12, 13, 14)
 TF32_ONLY = (12, 13, 14)
 TILED = (13, 14)
-PREP_SOURCE = "flash_attention13"    # the TILED kernels' flash_backward_prep
+PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          10: "128 rows per block, 32 per warp",
@@ -188,7 +188,7 @@ def check_precision(tf32, version):
 def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
-    kernel 11: one block per 128 keys, which also adds dQ; kernel 13 adds flash_backward_prep)."""
+    kernel 11: one block per 128 keys, which also adds dQ; kernels 13 and 14 add flash_backward_prep)."""
     BH, nt = B * NH, n_tiles(T)
     per_head = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
     launch = {
@@ -199,7 +199,7 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
     if version in TILED:   # one block per 64-query tile
-        launch["flash_backward_prep"] = ((BH, nt, 1), (BACKWARD_THREADS[version], 1, 1), 0)
+        launch["flash_backward_prep"] = ((BH, nt, 1), (PREP_THREADS, 1, 1), 0)
     return launch
 
 

@@ -511,3 +511,43 @@ def plot_stages_against_floors(measured, floors_ms, title, unit="ms"):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize="small",
               frameon=False)
     return fig
+
+
+# ---- notebook 14: when each copy of a query tile is issued, and when it must have landed
+
+def plot_copy_schedule(rows, title):
+    """One tile step of each kernel as a row of phases (``phases`` = [(name, start, end)] in
+    units of a step; a schematic, not to scale) and its copies as arrows from where they are
+    issued to where the products need them (``copies`` = [(name, issued, needed)], needed >
+    issued; a copy needed past 1 is for the next step). ``rows`` = [{label, phases, copies,
+    note}]: ``note`` (the count: instructions per step) is written under the row."""
+    from .errors import InputError
+    for r in rows:
+        for name, issued, needed in r["copies"]:
+            if not 0 <= issued < needed:
+                raise InputError(f"{r['label']}: copy {name!r} is needed at {needed}, not after "
+                                 f"it is issued at {issued}")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 1.9 * len(rows) + 0.8), layout="constrained")
+    colors = plt.get_cmap("tab20").colors
+    names = list(dict.fromkeys(p[0] for r in rows for p in r["phases"]))
+    for i, r in enumerate(rows):
+        y = 2 * i
+        for name, start, end in r["phases"]:
+            ax.barh(y, end - start, left=start, height=0.5, color=colors[names.index(name) % 20],
+                    edgecolor="black", linewidth=0.5)
+            ax.text((start + end) / 2, y, name, ha="center", va="center", fontsize=8)
+        ax.barh(y, 0.25, left=1.0, height=0.5, color="white", edgecolor="grey", linestyle=":")
+        ax.text(1.125, y, "next step", ha="center", va="center", fontsize=8, color="grey")
+        for k, (name, issued, needed) in enumerate(r["copies"]):
+            h = y - 0.45 - 0.3 * (len(r["copies"]) - 1 - k)   # the first copy on top
+            ax.annotate("", xy=(needed, h), xytext=(issued, h),
+                        arrowprops={"arrowstyle": "->", "color": "tab:red"})
+            ax.text(issued, h, f"{name}  ", ha="right", va="center", fontsize=8, color="tab:red")
+        ax.text(0.0, y + 0.5, r["note"], ha="left", va="center", fontsize=8, style="italic")
+    ax.set_yticks([2 * i for i in range(len(rows))], [r["label"] for r in rows])
+    ax.set_ylim(2 * len(rows) - 1.3, -1.2)      # inverted: the first row on top, its arrows above it
+    ax.set_xlim(-0.45, 1.3)
+    ax.set_xlabel("one tile step (schematic: where each copy is issued → where it must have landed)")
+    ax.set_title(title)
+    return fig

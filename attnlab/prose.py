@@ -102,6 +102,10 @@ KERNEL_HEADER_DECLARED = {
         "256 threads": _TWO_WARPGROUPS, "197 KB": _SMEM_197,
         "64 KiB": "derived: one 64-query tile in 4 layouts, 4 x 64 x 64 floats of 4 bytes",
         "32 registers": "kernel 12's header: the next tile's Q and dO rows, 32 per thread"},
+    "flash_attention14.cu": {
+        "256 threads": _TWO_WARPGROUPS,
+        "2.8 ms": "docs/fused-speed.md: the structure knock-outs of 2026-12-04 (copies of a variant of kernel 13)",
+        "32 KiB": "derived: half a query tile, 2 x 64 x 64 floats of 4 bytes"},
 }
 
 # README's numbers that are not in the results files: number -> why.

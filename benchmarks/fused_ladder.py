@@ -3,6 +3,7 @@
 the numbers notebook 13 teaches from.
 
     python benchmarks/fused_ladder.py [--T 1024,4096,16384] [--repeats 20] [--json FILE]
+                                      [--methods "k13 tf32,k14 tf32"]
 
 1. Accuracy, at the small shape (B=2 T=260 C=192 NH=3) and the default one (B=4 T=1024 C=768
    NH=12): out and dinp of every method against the CPU reference at the fused tolerances,
@@ -28,6 +29,7 @@ import numpy as np
 from attnlab import bench, ceilings, counts, fused, reference
 from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
+from attnlab.errors import InputError
 from attnlab.problem import DEFAULT, SMALL, make_problem
 from attnlab.validate import compare
 
@@ -36,14 +38,15 @@ from attnlab.validate import compare
 METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
            ("k10 fp32", 10, False), ("k10 tf32", 10, True),
            ("k11 fp32", 11, False), ("k11 tf32", 11, True), ("k12 tf32", 12, True),
-           ("k13 tf32", 13, True))
+           ("k13 tf32", 13, True), ("k14 tf32", 14, True))
 # Tensor-core flops a method executes per counted flop (counts.fused_flops, FlashAttention's
 # count: 5 products): the deterministic kernels do 7 tile products (S and dP again in the dQ
 # blocks), and 3xTF32 does 3 mma per product. None: CUDA cores. (The whole diagonal tiles,
 # 1/n more, are left out here; counts.fused_executed_flops counts them.)
 _K = counts.FUSED_COUNTED_PRODUCTS
 EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / _K, "k10 fp32": 3 * 7 / _K,
-                        "k10 tf32": 7 / _K, "k11 fp32": 3.0, "k11 tf32": 1.0, "k12 tf32": 1.0, "k13 tf32": 1.0}
+                        "k10 tf32": 7 / _K, "k11 fp32": 3.0, "k11 tf32": 1.0, "k12 tf32": 1.0, "k13 tf32": 1.0,
+                        "k14 tf32": 1.0}
 TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
 
 
@@ -62,11 +65,11 @@ def run(problem, kernel, tf32):
         return first, buf.get("dinp")
 
 
-def accuracy(shape):
+def accuracy(shape, methods):
     problem = make_problem(**shape, progress=True)
     dinp64 = reference.dinp_float64(problem.dout, problem.inp, problem.NH)
     rows = {}
-    for name, kernel, tf32 in METHODS:
+    for name, kernel, tf32 in methods:
         (out, dinp), again = run(problem, kernel, tf32)
         tol = fused.FUSED_TOLERANCES["tf32" if tf32 else "fp32"]
         reps = {n: compare(got, getattr(problem, n), n, tol[n]) for n, got in
@@ -97,7 +100,7 @@ def evidence(kernel, tf32):
             "blocks_per_sm_shared": by_smem, "blocks_per_sm": min(by_regs, by_smem)}
 
 
-def speed(T, repeats, mma_roof):
+def speed(T, repeats, mma_roof, methods):
     B, NH, C = DEFAULT.B, DEFAULT.NH, DEFAULT.C
     inp = np.random.default_rng(0).uniform(-1, 1, (B, T, 3 * C)).astype(np.float32)
     dout = np.random.default_rng(1).uniform(-1, 1, (B, T, C)).astype(np.float32)
@@ -107,7 +110,7 @@ def speed(T, repeats, mma_roof):
         buf.set("dout", dout)
         fused.fused_forward(buf, False)
         fns = {name: (lambda k=kernel, t=tf32: fused.fused_backward(buf, t, k))
-               for name, kernel, tf32 in METHODS}
+               for name, kernel, tf32 in methods}
         timings = bench.interleaved(fns, repeats=repeats, warmup=2)
     rows = {}
     for name, t in timings.items():
@@ -127,24 +130,31 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", default=None)
     p.add_argument("--skip-accuracy", action="store_true")
+    p.add_argument("--methods", default=",".join(m[0] for m in METHODS),
+                   help="comma-separated method names (default: all)")
     args = p.parse_args(argv)
+    known = {m[0]: m for m in METHODS}
+    try:
+        methods = [known[n] for n in parse_list(args.methods, "--methods", tuple(known))]
+    except InputError as e:
+        p.error(str(e))
     Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
     repeats = check_int("--repeats", args.repeats)
     context()
     mma = ceilings.mma_tf32_rate()
-    report = {"device": device_info()["name"], "methods": [m[0] for m in METHODS],
+    report = {"device": device_info()["name"], "methods": [m[0] for m in methods],
               "mma_tf32_roof": mma, "executed_per_counted": EXECUTED_PER_COUNTED,
               "tf32_dense_tflops": TF32_DENSE_TFLOPS, "repeats": repeats,
-              "evidence": {name: evidence(k, t) for name, k, t in METHODS},
+              "evidence": {name: evidence(k, t) for name, k, t in methods},
               "accuracy": {}, "speed": {}}
     t0 = time.perf_counter()
     if not args.skip_accuracy:
         for label, shape in (("small", SMALL), ("default", DEFAULT)):
             log(f"accuracy at {label} {dict(shape)}")
-            report["accuracy"][label] = accuracy(dict(shape))
+            report["accuracy"][label] = accuracy(dict(shape), methods)
     for T in Ts:
         log(f"speed at T={T}")
-        report["speed"][str(T)] = speed(T, repeats, mma["median"])
+        report["speed"][str(T)] = speed(T, repeats, mma["median"], methods)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
     report["elapsed_s"] = time.perf_counter() - t0

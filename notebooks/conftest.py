@@ -6,7 +6,7 @@ tensor cores), the cells tagged ``attnlab-needs-fused`` (those that run the fuse
 their results) are skipped, with the reason; so are notebook 13's cells tagged
 ``attnlab-needs-kernel-10`` on a GPU that cannot run fused kernels 10 and 11 (sm_80 or newer
 with 110 KB of shared memory per block), and those tagged ``attnlab-needs-wgmma`` on a GPU that
-cannot run kernels 12 and 13 (Hopper's wgmma: compute capability 9.0). On a GPU other than the one the prose was written
+cannot run kernels 12-14 (Hopper's wgmma: compute capability 9.0). On a GPU other than the one the prose was written
 from (results/h200: an NVIDIA H200), the claim cells tagged ``attnlab-h200-claims``, which
 check the prose's numbers against the run, are skipped, with the reason."""
 import json
@@ -17,7 +17,7 @@ from attnlab.device import gpu_status
 
 NEEDS_FUSED = "attnlab-needs-fused"
 NEEDS_KERNEL_10 = "attnlab-needs-kernel-10"   # cells that run fused kernels 10 and 11 (notebook 13)
-NEEDS_WGMMA = "attnlab-needs-wgmma"           # cells that run fused kernels 12 and 13 (notebook 13)
+NEEDS_WGMMA = "attnlab-needs-wgmma"           # cells that run fused kernels 12-14 (notebooks 13, 14)
 H200_CLAIMS = "attnlab-h200-claims"   # cells that check the prose against the H200's numbers
 
 
@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
             if str(item.path).endswith(".ipynb") and needs_gpu(str(item.path)):
                 item.add_marker(skip)
         return
-    for tag, kernels in ((NEEDS_FUSED, (9,)), (NEEDS_KERNEL_10, (10, 11)), (NEEDS_WGMMA, (12, 13))):
+    for tag, kernels in ((NEEDS_FUSED, (9,)), (NEEDS_KERNEL_10, (10, 11)), (NEEDS_WGMMA, (12, 13, 14))):
         tagged = [item for item in items if tag in _tags(item)]
         why = _fused_unsupported(kernels) if tagged else None
         for item in tagged if why else ():

@@ -50,7 +50,7 @@ def no_gpu(monkeypatch):
 
 def pytest_addoption(parser):
     parser.addoption("--series", action="store_true",
-                     help="also run the 13 notebooks in one kernel and check GPU memory "
+                     help="also run the 15 notebooks in one kernel and check GPU memory "
                           "(tests/test_series_memory.py, about 4 minutes on an H200)")
 
 
