@@ -275,26 +275,21 @@ def targets(report):
         if a and b:
             lines.append(f"T={T}: fused tf32 / torch = {a / b:.2f} (target <= 1.5): "
                          f"{'PASS' if a / b <= 1.5 else 'FAIL'}")
-    # issue #14's targets for the Hopper-speed kernels
-    for m in ("fused10 tf32", "fused11 tf32", "fused12 tf32", "fused13 tf32"):
-        a = ms(1024, m)
-        if a:
-            lines.append(f"T=1024: {m} {a:.3f} ms (target <= 0.17 ms): "
-                         f"{'PASS' if a <= 0.17 else 'FAIL'}")
-        r = res.get(16384, {}).get(m, {})
-        if r.get("status") == "ok":
-            lines.append(f"T=16384: {m} {r['tflops']:.1f} TFLOP/s (target >= 160): "
-                         f"{'PASS' if r['tflops'] >= 160 else 'FAIL'}")
-    # issue #23's targets: TF32 >= 265 TFLOP/s at T=16384 and <= 0.11 ms at T=1024; 3xTF32 at
-    # <= 0.5x PyTorch fp32's time at every T
-    for m in ("fused13 tf32", "fused14 tf32"):
-        a = ms(1024, m)
-        if a:
-            lines.append(f"T=1024: {m} {a:.3f} ms (#23 target <= 0.11 ms): {'PASS' if a <= 0.11 else 'FAIL'}")
-        r = res.get(16384, {}).get(m, {})
-        if r.get("status") == "ok":
-            lines.append(f"T=16384: {m} {r['tflops']:.1f} TFLOP/s (#23 target >= 265): "
-                         f"{'PASS' if r['tflops'] >= 265 else 'FAIL'}")
+    def speed_targets(methods, label, max_ms_1024, min_tflops_16384):
+        for m in methods:
+            a = ms(1024, m)
+            if a:
+                lines.append(f"T=1024: {m} {a:.3f} ms ({label} <= {max_ms_1024} ms): "
+                             f"{'PASS' if a <= max_ms_1024 else 'FAIL'}")
+            r = res.get(16384, {}).get(m, {})
+            if r.get("status") == "ok":
+                lines.append(f"T=16384: {m} {r['tflops']:.1f} TFLOP/s ({label} >= {min_tflops_16384}): "
+                             f"{'PASS' if r['tflops'] >= min_tflops_16384 else 'FAIL'}")
+
+    # issue #14's targets for the Hopper-speed kernels; issue #23's: TF32 >= 265 TFLOP/s at
+    # T=16384 and <= 0.11 ms at T=1024, 3xTF32 at <= 0.5x PyTorch fp32's time at every T
+    speed_targets(("fused10 tf32", "fused11 tf32", "fused12 tf32", "fused13 tf32"), "target", 0.17, 160)
+    speed_targets(("fused13 tf32", "fused14 tf32"), "#23 target", 0.11, 265)
     for T in res:
         a, b = ms(T, "fused11 fp32"), ms(T, "torch")
         if a and b:
