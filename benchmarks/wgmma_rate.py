@@ -8,7 +8,8 @@ fused backward kernel 12.
 The check multiplies two 64 x 64 matrices of TF32 values three ways (A from shared memory, A
 from registers, and N = 32 from the second half of B) and prints the largest difference from
 numpy's float64 product. The rate: 16 blocks per SM, each one warpgroup running WGMMA_TILES
-64 x 64 x 64 products (8 wgmma m64n64k8 each) into one accumulator.
+64 x N x 64 products (8 wgmma m64nNk8 each) into one accumulator: N = 64 with A from shared
+memory and from registers, and N = 32 with A from shared memory (kernels 12-14's dQ).
 """
 import argparse
 import json
@@ -48,15 +49,19 @@ def check():
             for i, (name, r) in enumerate((("ss", ref), ("rs", ref), ("ss n32", half)))}
 
 
-def rate(from_registers):
+# wgmma_rate's modes: name in the report -> (mode, N)
+MODES = {"shared memory": (0, 64), "registers": (1, 64), "shared memory, N=32": (2, 32)}
+
+
+def rate(mode, n):
     import pycuda.driver as cuda
     fn = kernels.get_function("wgmma_check", "wgmma_rate")
     blocks = 16 * device_info()["sms"]
     out = cuda.mem_alloc(blocks * 128 * 4)
-    t = bench.benchmark(lambda: fn(out, np.int32(WGMMA_TILES), np.int32(from_registers),
+    t = bench.benchmark(lambda: fn(out, np.int32(WGMMA_TILES), np.int32(mode),
                                    grid=(blocks, 1, 1), block=(128, 1, 1)),
                         repeats=20, flush_l2=False)
-    flops = blocks * WGMMA_TILES * 2 * 64 ** 3
+    flops = blocks * WGMMA_TILES * 2 * 64 * n * 64
     q1, q3 = t.quartiles_ms
     return flops / t.median_ms / 1e9, flops / q3 / 1e9, flops / q1 / 1e9
 
@@ -74,11 +79,10 @@ def main(argv=None):
     print("wgmma check, max |gpu - float64| over 64 x 64: "
           + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
     report = {"device": d["name"], "check_max_abs_err": errors, "wgmma_tflops": {}}
-    for from_registers in (0, 1):
-        med, lo, hi = rate(from_registers)
-        where = "registers" if from_registers else "shared memory"
+    for where, (mode, n) in MODES.items():
+        med, lo, hi = rate(mode, n)
         report["wgmma_tflops"][where] = {"median": med, "from_q3": lo, "to_q1": hi}
-        print(f"wgmma m64n64k8 TF32, A from {where}: {med:.1f} TFLOP/s (IQR {lo:.1f}-{hi:.1f})")
+        print(f"wgmma m64n{n}k8 TF32, A from {where.split(',')[0]}: {med:.1f} TFLOP/s (IQR {lo:.1f}-{hi:.1f})")
     mma = ceilings.mma_tf32_rate()
     report["mma_sync_tflops"] = {k: mma[k] / 1e12 for k in ("median", "from_q3", "to_q1")}
     print(f"mma.sync m16n8k8 TF32: {mma['median'] / 1e12:.1f} TFLOP/s, in the same run")

@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_check(float* out, const 
             }
 }
 
-// The rate: each block (one warpgroup) runs `iterations` times 8 wgmma m64n64k8 (a 64 x 64 x 64
-// product) into one accumulator, A from shared memory (from_registers = 0) or registers.
-extern "C" __global__ void __launch_bounds__(128) wgmma_rate(float* out, int iterations, int from_registers) {
+// The rate: each block (one warpgroup) runs `iterations` times 8 wgmma m64nNk8 (a 64 x N x 64
+// product) into one accumulator. mode 0: N = 64, A from shared memory; 1: N = 64, A from
+// registers; 2: N = 32, A from shared memory (the shape of kernels 12-14's dQ).
+extern "C" __global__ void __launch_bounds__(128) wgmma_rate(float* out, int iterations, int mode) {
     __shared__ __align__(128) float sA[64 * 64];
     __shared__ __align__(128) float sB[64 * 64];
     for (int i = threadIdx.x; i < 64 * 64; i += 128) {
@@ -60,15 +61,21 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_rate(float* out, int ite
     uint32_t af[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) af[i] = __float_as_uint(1e-3f * (threadIdx.x % 3 + i));
-    float d[32];
+    float d[32], d32[16];
 #pragma unroll
     for (int i = 0; i < 32; ++i) d[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) d32[i] = 0.f;
     for (int it = 0; it < iterations; ++it) {
         wg_hold(d);
+        wg_hold(d32);
         wg_fence();
-        if (from_registers) {
+        if (mode == 1) {
 #pragma unroll
             for (int s = 0; s < 8; ++s) wgmma64_rs(d, af, wg_desc(sB + 64 * s, 64), 1);
+        } else if (mode == 2) {
+#pragma unroll
+            for (int s = 0; s < 8; ++s) wgmma32_ss(d32, wg_desc(sA + 64 * s, 64), wg_desc(sB + 64 * s, 64), 1);
         } else {
 #pragma unroll
             for (int s = 0; s < 8; ++s) wgmma64_ss(d, wg_desc(sA + 64 * s, 64), wg_desc(sB + 64 * s, 64), 1);
@@ -76,9 +83,12 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_rate(float* out, int ite
         wg_commit();
         wg_wait<0>();
         wg_hold(d);
+        wg_hold(d32);
     }
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) s += d[i];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s += d32[i];
     out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
