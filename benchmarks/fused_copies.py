@@ -4,8 +4,9 @@ the copies cost, and how much of that kernel 14's copy engine hides (notebook 14
 
     python benchmarks/fused_copies.py [--T 1024,4096,16384] [--repeats 10] [--json FILE]
 
-Each variant is kernels/flash_attention13.cu or 14.cu with a text replaced (flash_wgmma.cuh
-inlined so that it can be changed too; the files are untouched):
+Each variant is kernels/flash_attention13.cu or 14.cu with a text replaced
+(knockouts.variant_source: flash_wgmma.cuh inlined so that it can be changed too; the files are
+untouched):
   kernel 13 without copies   copy_layouts issues no cp.async (the products read whatever the
                              shared memory holds)
   kernel 14 without copies   copy_half_bulk issues no bulk copy and arms no mbarrier, and
@@ -35,6 +36,7 @@ from attnlab.buffers import qkv_pointers
 from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
 from attnlab.problem import DEFAULT
+from knockouts import compiled
 
 NO_CP_ASYNC = ("        cp_async16(s + f, g + f);\n", "")
 NO_BULK = ('''    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -51,30 +53,6 @@ VARIANTS = {"kernel 13": (13, ()), "kernel 13 without copies": (13, (NO_CP_ASYNC
             "kernel 14": (14, ()), "kernel 14 without copies": (14, (NO_BULK, NO_WAIT))}
 # SASS opcodes that copy query tiles or wait for them, and the block barriers
 SASS_OPS = ("LDGSTS", "LDGDEPBAR", "DEPBAR", "UBLKCP", "SYNCS", "BAR.SYNC", "HGMMA")
-
-
-def variant_source(kernel, replacements):
-    """kernels/flash_attention<kernel>.cu with flash_wgmma.cuh inlined and each (old, new)
-    replaced (each old text must occur exactly once)."""
-    header = (kernels.KERNEL_DIR / "flash_wgmma.cuh").read_text().replace("#pragma once", "")
-    src = kernels.kernel_source(f"flash_attention{kernel}").replace('#include "flash_wgmma.cuh"', header)
-    for old, new in replacements:
-        if src.count(old) != 1:
-            raise AssertionError(f"{old!r} occurs {src.count(old)} times in kernel {kernel}'s source")
-        src = src.replace(old, new)
-    return src
-
-
-def compiled(kernel, replacements):
-    import pycuda.driver as cuda
-    module = kernels.compile_source(variant_source(kernel, replacements),
-                                    f"flash_attention{kernel}_variant.cu",
-                                    {"HEAD_SIZE": 64, "TF32": 1}, specific=True)
-    fn = module.get_function("flash_backward")
-    fn.prepare(fused.ARG_FORMATS["flash_backward_tiled"])
-    fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                     fused.shared_memory_bytes("flash_backward", True, kernel))
-    return fn
 
 
 def sass_counts(kernel):

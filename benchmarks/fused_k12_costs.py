@@ -4,8 +4,8 @@ timed interleaved with the unchanged kernel -- the experiment that kernel 13 ans
 
     python benchmarks/fused_k12_costs.py [--T 1024,16384] [--repeats 10] [--json FILE]
 
-Each variant is kernels/flash_attention12.cu with a text replaced (its header flash_wgmma.cuh
-inlined, so that it can be changed too; the files are untouched):
+Each variant is kernels/flash_attention12.cu with a text replaced (knockouts.variant_source: its
+header flash_wgmma.cuh inlined, so that it can be changed too; the files are untouched):
   no transposed stores   Q and dO tiles are not stored transposed (K^T still is, once per block)
   no dS stores           dS is not written to shared memory
   no atomics             dQ is computed but not added to dq (a never-true store keeps it live)
@@ -23,11 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a c
 
 import numpy as np
 
-from attnlab import bench, fused, kernels
+from attnlab import bench, fused
 from attnlab.buffers import qkv_pointers
 from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
 from attnlab.problem import DEFAULT
+from knockouts import compiled
 
 TRANSPOSED = ("        if (st) {", "        if (st && ROWS == OWN) {")
 DS_STORES = ("                    sdS[core_index(col, krow + 8 * r, OWN)] = p[at];\n", "")
@@ -35,28 +36,6 @@ ATOMICS = ("atomicAdd(out + 8 * j + e, scale * dQ[4 * j + 2 * r + e]);",
            "if (dQ[4 * j + 2 * r + e] == 12345.f) out[8 * j + e] = 0.f;")
 VARIANTS = {"kernel 12": (), "no transposed stores": (TRANSPOSED,), "no dS stores": (DS_STORES,),
             "no atomics": (ATOMICS,), "none of the three": (TRANSPOSED, DS_STORES, ATOMICS)}
-
-
-def variant_source(replacements):
-    """kernels/flash_attention12.cu with flash_wgmma.cuh inlined and each (old, new) replaced."""
-    header = (kernels.KERNEL_DIR / "flash_wgmma.cuh").read_text().replace("#pragma once", "")
-    src = kernels.kernel_source("flash_attention12").replace('#include "flash_wgmma.cuh"', header)
-    for old, new in replacements:
-        if src.count(old) != 1:
-            raise AssertionError(f"{old!r} occurs {src.count(old)} times in kernel 12's source")
-        src = src.replace(old, new)
-    return src
-
-
-def compiled(replacements):
-    import pycuda.driver as cuda
-    module = kernels.compile_source(variant_source(replacements), "flash_attention12_variant.cu",
-                                    {"HEAD_SIZE": 64, "TF32": 1}, specific=True)
-    fn = module.get_function("flash_backward")
-    fn.prepare(fused.ARG_FORMATS["flash_backward"])
-    fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                     fused.shared_memory_bytes("flash_backward", True, 12))
-    return fn
 
 
 def measure(T, fns, repeats):
@@ -97,7 +76,7 @@ def main(argv=None):
     if why:
         print(f"fused_k12_costs: {why}", file=sys.stderr)
         return 2
-    fns = {name: compiled(r) for name, r in VARIANTS.items()}
+    fns = {name: compiled(12, r) for name, r in VARIANTS.items()}
     report = {"device": device_info()["name"], "repeats": repeats, "variants": list(VARIANTS),
               "flash_backward": {str(T): measure(T, fns, repeats) for T in Ts}}
     if args.json:

@@ -1,0 +1,61 @@
+"""The knock-out benchmarks (benchmarks/fused_k12_costs.py, fused_copies.py) change a kernel's
+source by text: each replacement must still apply to the kernel as it is now, and each variant
+must still compile for sm_90a, or the benchmark would fail on the GPU, or measure nothing. CPU
+only (nvcc, no GPU)."""
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab import archs, kernels
+from attnlab.errors import NvccNotFoundError
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def modules():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield {name: importlib.import_module(name) for name in ("knockouts", "fused_k12_costs", "fused_copies")}
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def variants(modules):
+    """(label, kernel, replacements) of every knock-out variant of both benchmarks."""
+    out = [(f"k12 {n}", 12, r) for n, r in modules["fused_k12_costs"].VARIANTS.items()]
+    out += [(n, k, r) for n, (k, r) in modules["fused_copies"].VARIANTS.items()]
+    return out
+
+
+def test_every_replacement_applies_once_and_changes_the_source(modules):
+    ko = modules["knockouts"]
+    for label, kernel, replacements in variants(modules):
+        src = ko.variant_source(kernel, replacements)
+        assert '#include "flash_wgmma.cuh"' not in src, label
+        if replacements:
+            assert src != ko.variant_source(kernel, ()), label
+    copies = modules["fused_copies"].VARIANTS
+    no_bulk = ko.variant_source(14, copies["kernel 14 without copies"][1])
+    instructions = ("cp.async.bulk.shared::cluster", "mbarrier.arrive.expect_tx", "mbarrier.try_wait")
+    assert not any(i in no_bulk for i in instructions)
+    assert all(i in ko.variant_source(14, ()) for i in instructions)
+    assert "cp_async16(s + f, g + f);" not in ko.variant_source(13, copies["kernel 13 without copies"][1])
+
+
+def test_a_replacement_the_kernel_no_longer_has_is_refused(modules):
+    with pytest.raises(AssertionError, match="occurs 0 times in kernel 14's source"):
+        modules["knockouts"].variant_source(14, [("no such line;\n", "")])
+
+
+def test_every_variant_compiles_for_sm90a(modules):
+    try:
+        kernels.require_nvcc()
+    except NvccNotFoundError as e:
+        pytest.skip(f"needs nvcc: {e}")
+    for label, kernel, replacements in variants(modules):
+        src = modules["knockouts"].variant_source(kernel, replacements)
+        report = archs.ptxas_report(src, f"{label}.cu", {"HEAD_SIZE": 64, "TF32": 1}, archs=("sm_90a",))
+        assert "flash_backward" in report["sm_90a"], label
