@@ -39,12 +39,12 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
 # later one is its own file with the same flash_backward signature (the forward and the
 # preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
-# DETERMINISTIC: bit-identical results run after run (kernels 11 and 12 add dQ with atomics).
+# DETERMINISTIC: bit-identical results run after run (kernels 11-14 add dQ with atomics).
 # BACKWARD_THREADS: threads per backward block. Kernel 12 runs on Hopper's wgmma (sm_90 only,
 # built for sm_90a: kernels.ARCH_SPECIFIC) and in TF32 only (TF32_ONLY).
 # TILED: kernels that read Q and dO as ready-made tiles (the "tiles" buffer), which their
 # source's flash_backward_prep writes first (with D, from dout as it lies); their flash_backward
-# writes dinp directly, so they need neither do nor dqkvr (KERNEL_BUFFERS).
+# writes dinp directly, so they need neither do nor dqkvr (kernel_buffer_shapes).
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
                     12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)

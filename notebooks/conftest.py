@@ -6,7 +6,7 @@ tensor cores), the cells tagged ``attnlab-needs-fused`` (those that run the fuse
 their results) are skipped, with the reason; so are notebook 13's cells tagged
 ``attnlab-needs-kernel-10`` on a GPU that cannot run fused kernels 10 and 11 (sm_80 or newer
 with 110 KB of shared memory per block), and those tagged ``attnlab-needs-wgmma`` on a GPU that
-cannot run kernels 12-14 (Hopper's wgmma: compute capability 9.0). On a GPU other than the one the prose was written
+cannot run the wgmma kernels (fused.WGMMA_KERNELS: compute capability 9.0). On a GPU other than the one the prose was written
 from (results/h200: an NVIDIA H200), the claim cells tagged ``attnlab-h200-claims``, which
 check the prose's numbers against the run, are skipped, with the reason."""
 import json
@@ -45,7 +45,8 @@ def pytest_collection_modifyitems(config, items):
             if str(item.path).endswith(".ipynb") and needs_gpu(str(item.path)):
                 item.add_marker(skip)
         return
-    for tag, kernels in ((NEEDS_FUSED, (9,)), (NEEDS_KERNEL_10, (10, 11)), (NEEDS_WGMMA, (12, 13, 14))):
+    from attnlab.fused import WGMMA_KERNELS
+    for tag, kernels in ((NEEDS_FUSED, (9,)), (NEEDS_KERNEL_10, (10, 11)), (NEEDS_WGMMA, WGMMA_KERNELS)):
         tagged = [item for item in items if tag in _tags(item)]
         why = _fused_unsupported(kernels) if tagged else None
         for item in tagged if why else ():
