@@ -46,14 +46,19 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # source's flash_backward_prep writes first (with D, from dout as it lies); their flash_backward
 # writes dinp directly, so they need neither do nor dqkvr (kernel_buffer_shapes).
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
-                    12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14"}
+                    12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14",
+                    15: "flash_attention15"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128}
-DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False}
-BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256}
-WGMMA_KERNELS = (12, 13, 14)
-TF32_ONLY = (12, 13, 14)
-TILED = (13, 14)
+OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128}
+DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False}
+BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256}
+WGMMA_KERNELS = (12, 13, 14, 15)
+TF32_ONLY = (12, 13, 14, 15)
+TILED = (13, 14, 15)
+# DQ_TILED: TILED kernels that add dQ by bulk reductions into their own buffer, dq_tiles (one 64 x
+# 64 tile per (b, h) and query tile, in the order the threads hold it), which their source's
+# flash_backward_dq then writes into dinp.
+DQ_TILED = (15,)
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
@@ -61,7 +66,8 @@ ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          11: "kernel 10 with dQ added by atomics (5 tile products instead of 7)",
          12: "on Hopper's warpgroup MMA (wgmma)",
          13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly",
-         14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead"}
+         14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead",
+         15: "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics"}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -159,8 +165,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version in WGMMA_KERNELS:
         own, other = OWN_ROWS[version], TILE
         floats = 3 * own * HEAD_SIZES[0] + 4 * other * HEAD_SIZES[0] + other * own + 2 * other
-        if version == 14:   # a second stage of Q and dO, three 8-byte mbarriers
-            floats += 2 * other * HEAD_SIZES[0] + 3 * 2
+        if version in (14, 15):   # a second stage of Q and dO; 8-byte mbarriers: 3 (14), 4 (15)
+            floats += 2 * other * HEAD_SIZES[0] + 2 * (3 if version == 14 else 4)
     elif kernel == "flash_backward":    # 11: sK, sV; sQ, sdO of 32 rows; lse, D; dS^T
         own, other = OWN_ROWS[version], TILE // 2
         floats = 2 * (own + other) * (TILE_FLOATS // TILE) + 2 * other + own * (other + 8)
@@ -200,6 +206,8 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     }
     if version in TILED:   # one block per 64-query tile
         launch["flash_backward_prep"] = ((BH, nt, 1), (PREP_THREADS, 1, 1), 0)
+    if version in DQ_TILED:
+        launch["flash_backward_dq"] = ((BH, nt, 1), (BACKWARD_THREADS[version], 1, 1), 0)
     return launch
 
 
@@ -217,7 +225,9 @@ def fused_buffer_shapes(B, T, C, NH, backward=True):
 def kernel_buffer_shapes(B, T, C, NH, kernel):
     """The buffers backward kernel ``kernel`` uses on top of fused_buffer_shapes: the query
     tiles (TILED kernels) or the pipeline's do and dqkvr (the others)."""
-    if check_fused_kernel(kernel) in TILED:
+    if check_fused_kernel(kernel) in DQ_TILED:
+        return {"tiles": query_tiles_shape(B, T, NH), "dq_tiles": (B * NH, n_tiles(T), TILE * HEAD_SIZES[0])}
+    if kernel in TILED:
         return {"tiles": query_tiles_shape(B, T, NH)}
     return _shapes(PIPELINE_BUFFERS, B, T, C, NH)
 
@@ -350,7 +360,9 @@ ARG_FORMATS = {
     "flash_backward_preprocess": "PPPi",        # D, o, do, rows
     "flash_backward": "PPPPPPPPPif",            # dq, dk, dv, q, k, v, do, lse, D, T, scale
     "flash_backward_tiled": "PPPPPPiif",        # dinp, tiles, k, v, lse, D, T, NH, scale
+    "flash_backward_dq_tiled": "PPPPPPPiif",    # dinp, dq_tiles, tiles, k, v, lse, D, T, NH, scale
     "flash_backward_prep": "PPPPPii",           # tiles, D, q, dout, o, T, NH
+    "flash_backward_dq": "PPii",                # dinp, dq_tiles, T, NH
     "permute_kernel": "PPPPiiii",               # q, k, v, inp, B, T, NH, HS
     "unpermute_kernel": "PPiiii",               # vaccum, out, B, T, NH, HS
     "unpermute_backward_kernel": "PPiiii",      # dinp, dout, B, T, NH, HS
@@ -359,6 +371,12 @@ ARG_FORMATS = {
 
 
 @functools.lru_cache(maxsize=None)
+def backward_arg_format(version):
+    """flash_backward's argument format for fused backward kernel ``version``."""
+    return ARG_FORMATS["flash_backward_dq_tiled" if version in DQ_TILED else
+                       "flash_backward_tiled" if version in TILED else "flash_backward"]
+
+
 def _function(name, tf32=False, version=FUSED_KERNEL):
     """A kernel of flash_attention.cu (``flash_backward``: of fused kernel ``version``'s file;
     or of permute.cu), prepared, and allowed the dynamic shared memory it needs (over 48 KB is
@@ -369,11 +387,10 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
         fn.prepare(ARG_FORMATS[name])
         return fn
     check_supported(tf32, version)
-    source = {"flash_backward": BACKWARD_SOURCES[version],
+    source = {"flash_backward": BACKWARD_SOURCES[version], "flash_backward_dq": BACKWARD_SOURCES[version],
               "flash_backward_prep": PREP_SOURCE}.get(name, SOURCE)
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
-    fn.prepare(ARG_FORMATS["flash_backward_tiled" if name == "flash_backward" and version in TILED
-                           else name])
+    fn.prepare(backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name])
     if name in ("flash_forward", "flash_backward"):
         need = shared_memory_bytes(name, tf32, version)
         if need > 48 * 1024:
@@ -435,12 +452,23 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     if kernel in TILED:
         import pycuda.driver as cuda
         tiles = int(own["tiles"].gpudata)
-        cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)   # dinp's dq columns: added with atomics
+        if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
+            dq_tiles = own["dq_tiles"]
+            cuda.memset_d32(int(dq_tiles.gpudata), 0, dq_tiles.size)
+        else:                    # dinp's dq columns: added with atomics
+            cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)
         pgrid, pblock, _ = launch["flash_backward_prep"]
         _function("flash_backward_prep", tf32, kernel).prepared_call(
             pgrid, pblock, tiles, D, q, dout, o, T, NH)
-        _function("flash_backward", tf32, kernel).prepared_call(
-            grid, block, dinp, tiles, k, v, lse, D, T, NH, _scale(HS), shared_size=shared)
+        args = (tiles, k, v, lse, D, T, NH, _scale(HS))
+        fn = _function("flash_backward", tf32, kernel)
+        if kernel in DQ_TILED:
+            fn.prepared_call(grid, block, dinp, int(dq_tiles.gpudata), *args, shared_size=shared)
+            dgrid, dblock, _ = launch["flash_backward_dq"]
+            _function("flash_backward_dq", tf32, kernel).prepared_call(
+                dgrid, dblock, dinp, int(dq_tiles.gpudata), T, NH)
+        else:
+            fn.prepared_call(grid, block, dinp, *args, shared_size=shared)
         return
     do = int(own["do"].gpudata)
     dq, dk, dv = qkv_pointers(own["dqkvr"], B, T, C)

@@ -38,7 +38,8 @@ KERNEL_DIR = _kernel_dir()
 NVCC_OPTIONS = ("-O3", "--use_fast_math")
 # Sources that use instructions of one architecture only (wgmma: sm_90a), compiled for the
 # device's architecture-specific target, which runs on that architecture and no other.
-ARCH_SPECIFIC = ("wgmma_check", "flash_attention12", "flash_attention13", "flash_attention14")
+ARCH_SPECIFIC = ("wgmma_check", "flash_attention12", "flash_attention13", "flash_attention14",
+                 "flash_attention15")
 
 
 def kernel_path(name):

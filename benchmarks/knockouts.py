@@ -33,7 +33,7 @@ def compiled(kernel, replacements):
                                     f"flash_attention{kernel}_variant.cu",
                                     {"HEAD_SIZE": 64, "TF32": 1}, specific=True)
     fn = module.get_function("flash_backward")
-    fn.prepare(fused.ARG_FORMATS["flash_backward_tiled" if kernel in fused.TILED else "flash_backward"])
+    fn.prepare(fused.backward_arg_format(kernel))
     fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                      fused.shared_memory_bytes("flash_backward", True, kernel))
     return fn

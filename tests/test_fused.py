@@ -206,6 +206,12 @@ def test_tile_counts_and_grids(T, tiles):
     assert launch["flash_backward"][2] == 197_120 + 4 * 2 * 64 * 64 + 3 * 8 == 229_912
     assert launch["flash_backward_prep"] == fused.fused_launch(4, T, 12, True, 13)["flash_backward_prep"]
     assert launch["flash_backward_prep"][1] == (256, 1, 1)
+    # kernel 15: kernel 14's block and a fourth mbarrier; flash_backward_dq, one block per
+    # (b, h) and query tile, writes dq_tiles into dinp
+    launch = fused.fused_launch(4, T, 12, True, 15)
+    assert launch["flash_backward"][2] == 229_912 + 8
+    assert launch["flash_backward_dq"] == ((48, -(-T // 64), 1), (256, 1, 1), 0)
+    assert "flash_backward_dq" not in fused.fused_launch(4, T, 12, True, 14)
 
 
 def test_launch_bounds_ask_each_arch_for_the_blocks_its_shared_memory_fits():
@@ -255,7 +261,8 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     B, T, C, NH = 4, 16384, 768, 12
     for kernel in fused.FUSED_KERNELS:
         own = fused.kernel_buffer_shapes(B, T, C, NH, kernel)
-        assert set(own) == ({"tiles"} if kernel in fused.TILED else {"do", "dqkvr"}), kernel
+        assert set(own) == ({"tiles", "dq_tiles"} if kernel in fused.DQ_TILED else
+                            {"tiles"} if kernel in fused.TILED else {"do", "dqkvr"}), kernel
         assert not set(own) & set(fused.fused_buffer_shapes(B, T, C, NH))
         assert fused.extra_bytes_needed(B, T, C, NH, kernel) == sum(4 * int(np.prod(s)) for s in own.values())
     assert fused.kernel_buffer_shapes(B, T, C, NH, 9)["dqkvr"] == (3, B, NH, T, C // NH)
@@ -268,8 +275,12 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     assert k13 == pytest.approx(3.01 * 2**30, rel=0.01)
     # kernel 14 reads the same query tiles: its second stage is shared memory, not a buffer
     assert fused.kernel_buffer_shapes(B, T, C, NH, 14) == fused.kernel_buffer_shapes(B, T, C, NH, 13)
-    with pytest.raises(InputError, match="got 15"):
-        fused.kernel_buffer_shapes(B, T, C, NH, 15)
+    # kernel 15 adds dQ into a buffer of its own, 64 x 64 floats per (b, h) and query tile:
+    # 192 MiB at T=16k, in place of atomics into dinp
+    assert fused.kernel_buffer_shapes(B, T, C, NH, 15)["dq_tiles"] == (B * NH, T // 64, 64 * 64)
+    assert fused.extra_bytes_needed(B, T, C, NH, 15) - fused.extra_bytes_needed(B, T, C, NH, 14) == 192 * 2**20
+    with pytest.raises(InputError, match="got 16"):
+        fused.kernel_buffer_shapes(B, T, C, NH, 16)
 
 
 def test_memory_is_checked_before_allocating(monkeypatch):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from attnlab import attention, bench, gemm, validate
+from attnlab.device import context
 from attnlab.checks import BLOCK_SIZES
 from attnlab.validate import TF32_TOLERANCES
 
@@ -109,6 +110,7 @@ def test_tf32_is_chosen_per_call(default_buf, default):
 def test_a_gemm_runs_in_the_precision_it_is_given():
     """gemm.sgemm_strided_batched on its own: C = A·B against float64, TF32 then fp32 twice."""
     import pycuda.gpuarray as gpuarray
+    context()   # gpuarray needs a current context: this test may be the first on its worker
     rng = np.random.default_rng(0)
     M, N, K = 64, 48, 512
     a, b = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((M, K), (K, N)))
