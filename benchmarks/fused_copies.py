@@ -19,24 +19,15 @@ of the same source built by nvcc for sm_90a, when cuobjdump is on PATH). sm_90 o
 """
 import argparse
 import json
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout
 
-import numpy as np
-
-from attnlab import bench, fused, kernels
-from attnlab.buffers import qkv_pointers
+from attnlab import fused
 from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
-from attnlab.problem import DEFAULT
-from knockouts import compiled
+from knockouts import compiled, measure_tiled, sass_counts
 
 NO_CP_ASYNC = ("        cp_async16(s + f, g + f);\n", "")
 NO_BULK = ('''    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -55,48 +46,6 @@ VARIANTS = {"kernel 13": (13, ()), "kernel 13 without copies": (13, (NO_CP_ASYNC
 SASS_OPS = ("LDGSTS", "LDGDEPBAR", "DEPBAR", "UBLKCP", "SYNCS", "BAR.SYNC", "HGMMA")
 
 
-def sass_counts(kernel):
-    """{opcode: count} in flash_backward's SASS (sm_90a), or None without cuobjdump."""
-    cuobjdump = shutil.which("cuobjdump")
-    if cuobjdump is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        subprocess.run([kernels.require_nvcc(), "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
-                        *kernels.nvcc_options({"HEAD_SIZE": 64, "TF32": 1}), f"-I{kernels.KERNEL_DIR}",
-                        "-o", str(cubin), str(kernels.kernel_path(f"flash_attention{kernel}"))],
-                       check=True, capture_output=True)
-        sass = subprocess.run([cuobjdump, "-sass", "-fun", "flash_backward", str(cubin)],
-                              check=True, capture_output=True, text=True).stdout
-    ops = Counter(m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
-    return {op: sum(n for o, n in ops.items() if o == op or o.startswith(op + "."))
-            for op in SASS_OPS}
-
-
-def measure(T, fns, repeats):
-    import pycuda.driver as cuda
-    B, C, NH = DEFAULT.B, DEFAULT.C, DEFAULT.NH
-    rng = np.random.default_rng(0)
-    with fused.FusedBuffers(B, T, C, NH) as buf:
-        buf.set("inp", rng.uniform(-1, 1, (B, T, 3 * C)).astype(np.float32))
-        buf.set("dout", rng.uniform(-1, 1, (B, T, C)).astype(np.float32))
-        fused.fused_forward(buf, True)
-        fused.fused_backward(buf, True, 13)      # the query tiles and D, as the backward makes them
-        q, k, v = qkv_pointers(buf.qkvr, B, T, C)
-        tiles = int(buf.kernel_buffers(13)["tiles"].gpudata)
-        lse, D, dinp = int(buf.lse.gpudata), int(buf.D.gpudata), int(buf.dinp.gpudata)
-
-        def launch(kernel, fn):
-            grid, block, shared = fused.fused_launch(B, T, NH, True, kernel)["flash_backward"]
-            cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)
-            fn.prepared_call(grid, block, dinp, tiles, k, v, lse, D, T, NH, np.float32(1 / 8),
-                             shared_size=shared)
-        timings = bench.interleaved({n: (lambda k=VARIANTS[n][0], f=f: launch(k, f)) for n, f in fns.items()},
-                                    repeats=repeats, warmup=2)
-    return {n: {"median_ms": t.median_ms, "q1_ms": float(t.quartiles_ms[0]),
-                "q3_ms": float(t.quartiles_ms[1])} for n, t in timings.items()}
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--T", default="1024,4096,16384")
@@ -112,8 +61,9 @@ def main(argv=None):
         return 2
     fns = {name: compiled(*v) for name, v in VARIANTS.items()}
     report = {"device": device_info()["name"], "repeats": repeats, "variants": list(VARIANTS),
-              "sass": {f"kernel {k}": sass_counts(k) for k in (13, 14)},
-              "flash_backward": {str(T): measure(T, fns, repeats) for T in Ts}}
+              "sass": {f"kernel {k}": sass_counts(k, SASS_OPS) for k in (13, 14)},
+              "flash_backward": {str(T): measure_tiled(T, {n: (VARIANTS[n][0], f) for n, f in fns.items()}, repeats)
+                                 for T in Ts}}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"{report['device']}: flash_backward alone, median ms (IQR)")

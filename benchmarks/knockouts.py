@@ -1,13 +1,23 @@
-"""What the knock-out benchmarks (fused_k12_costs.py, fused_copies.py) share: a fused backward
-kernel's source with flash_wgmma.cuh inlined (so that it can be changed too) and texts replaced,
-and that variant's flash_backward compiled for sm_90a and prepared to launch like the kernel.
+"""What the knock-out benchmarks (fused_k12_costs.py, fused_copies.py, fused_dq.py) share: a fused
+backward kernel's source with flash_wgmma.cuh inlined (so that it can be changed too) and texts
+replaced, that variant's flash_backward compiled for sm_90a and prepared to launch like the
+kernel, the timing of TILED variants' flash_backward alone, and the SASS opcodes of a kernel.
 The files in kernels/ are untouched; the variants compute wrong results on purpose."""
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout
 
-from attnlab import fused, kernels
+import numpy as np
+
+from attnlab import bench, fused, kernels
+from attnlab.buffers import qkv_pointers
+from attnlab.problem import DEFAULT
 
 HEADER = "flash_wgmma.cuh"
 
@@ -37,3 +47,58 @@ def compiled(kernel, replacements):
     fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                      fused.shared_memory_bytes("flash_backward", True, kernel))
     return fn
+
+
+def measure_tiled(T, variants, repeats):
+    """{name: median and quartiles (ms)} of each variant's flash_backward alone at B=4 NH=12
+    HS=64 and this T, interleaved (attnlab.bench.interleaved: CUDA events, L2 flushed); variants
+    is {name: (kernel, compiled function)} of TILED kernels. The query tiles and D are prepared
+    once before; dq (dinp's columns, or DQ_TILED kernels' dq_tiles) is zeroed before each call."""
+    import pycuda.driver as cuda
+    B, C, NH = DEFAULT.B, DEFAULT.C, DEFAULT.NH
+    rng = np.random.default_rng(0)
+    with fused.FusedBuffers(B, T, C, NH) as buf:
+        buf.set("inp", rng.uniform(-1, 1, (B, T, 3 * C)).astype(np.float32))
+        buf.set("dout", rng.uniform(-1, 1, (B, T, C)).astype(np.float32))
+        fused.fused_forward(buf, True)
+        fused.fused_backward(buf, True, 13)      # the query tiles and D, as the backward makes them
+        q, k, v = qkv_pointers(buf.qkvr, B, T, C)
+        tiles = int(buf.kernel_buffers(13)["tiles"].gpudata)
+        lse, D, dinp = int(buf.lse.gpudata), int(buf.D.gpudata), int(buf.dinp.gpudata)
+        dq_tiles = (buf.kernel_buffers(fused.DQ_TILED[0])["dq_tiles"]
+                    if any(kernel in fused.DQ_TILED for kernel, _ in variants.values()) else None)
+
+        def launch(kernel, fn):
+            grid, block, shared = fused.fused_launch(B, T, NH, True, kernel)["flash_backward"]
+            args = (tiles, k, v, lse, D, T, NH, np.float32(1 / 8))
+            if kernel in fused.DQ_TILED:
+                cuda.memset_d32(int(dq_tiles.gpudata), 0, dq_tiles.size)
+                fn.prepared_call(grid, block, dinp, int(dq_tiles.gpudata), *args, shared_size=shared)
+            else:
+                cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)
+                fn.prepared_call(grid, block, dinp, *args, shared_size=shared)
+        timings = bench.interleaved({n: (lambda k=k, f=f: launch(k, f)) for n, (k, f) in variants.items()},
+                                    repeats=repeats, warmup=2)
+    return {n: {"median_ms": t.median_ms, "q1_ms": float(t.quartiles_ms[0]),
+                "q3_ms": float(t.quartiles_ms[1])} for n, t in timings.items()}
+
+
+def sass_counts(kernel, ops=None):
+    """{opcode: count} of each of ``ops`` in kernel ``kernel``'s flash_backward SASS (sm_90a;
+    an opcode counts its variants, BAR.SYNC includes BAR.SYNC.DEFER_BLOCKING; ops=None: every
+    opcode as it is spelled), or None without cuobjdump."""
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        subprocess.run([kernels.require_nvcc(), "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
+                        *kernels.nvcc_options({"HEAD_SIZE": 64, "TF32": 1}), f"-I{kernels.KERNEL_DIR}",
+                        "-o", str(cubin), str(kernels.kernel_path(f"flash_attention{kernel}"))],
+                       check=True, capture_output=True)
+        sass = subprocess.run([cuobjdump, "-sass", "-fun", "flash_backward", str(cubin)],
+                              check=True, capture_output=True, text=True).stdout
+    found = Counter(m.group(1) for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+    if ops is None:
+        return dict(found)
+    return {op: sum(n for o, n in found.items() if o == op or o.startswith(op + ".")) for op in ops}

@@ -1,11 +1,12 @@
 // flash_attention14.cu: kernel 14, kernel 13 with its query tiles copied by the copy engine, one
 // tile ahead.
 //
-// WHAT CHANGED from kernel 13 (flash_attention13.cu), and why it is faster. Taking a variant of
-// kernel 13 apart (docs/fused-speed.md, the structure knock-outs) put its copies of the query
-// tiles at about 2.8 ms of 20 at T=16384: each of the 256 threads issued 16 cp.async of 16
-// bytes per tile step, and the Q and dO of the next tile were started only after the dS
-// barrier, under the last third of a step, so the next step's products could wait for them.
+// WHAT CHANGED from kernel 13 (flash_attention13.cu), and why it is faster. In a stripped variant
+// of kernel 13 (docs/fused-speed.md, the structure knock-outs: its atomics, dS stores and
+// elementwise work removed), taking out the copies of the query tiles saved about 2.8 ms at
+// T=16384: each of the 256 threads issued 16 cp.async of 16 bytes per tile step, and the Q and
+// dO of the next tile were started only after the dS barrier, under the last third of a step,
+// so the next step's products could wait for them.
 // Here:
 //   1. One thread copies each half tile (Q and dO, or Q^T and dO^T: 32 KiB, contiguous in the
 //      tiles buffer) with one cp.async.bulk, the copy engine's plain bulk copy, which signals an

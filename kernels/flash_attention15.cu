@@ -3,8 +3,8 @@
 //
 // WHAT CHANGED from kernel 14 (flash_attention14.cu), and why it is faster. Kernel 14 adds each
 // tile's dQ into dinp with atomics: every thread shuffles its 16 values into float4s and issues
-// 4 atomicAdd, 1024 per tile step and block; knocking them out of kernel 14 saved 1.55 ms of 18.2
-// at T=16384 (docs/fused-speed.md). Here:
+// 4 atomicAdd, 1024 per tile step and block. A copy of kernel 14 whose atomics never fire took
+// 16.62 ms at T=16384 against 18.17 (results/h200/experiments/k15_rows_vs_tile.json). Here:
 //   1. After the next step's first barrier (both warpgroups' dQ products have read dS by then),
 //      each thread stores its dQ of the last tile, times scale, into dS's shared memory as 4
 //      float4, in the order the threads hold it: a warp stores 512 contiguous bytes, no bank
@@ -12,13 +12,14 @@
 //   2. After the lse/D barrier, thread 0 hands the whole 16 KiB tile to the copy engine with one
 //      cp.reduce.async.bulk .add.f32, which adds it into dq_tiles (per (b, h) and query tile,
 //      in the same order) in L2 while the block goes on.
-//   3. dS may overwrite those bytes once the copy engine has read them: thread 0 waits for that
-//      (cp.async.bulk.wait_group.read) and arrives on a fourth mbarrier, which every thread
-//      waits on before it stores dS. By then the read is long done.
+//   3. dS may overwrite those bytes only once the copy engine has read them: thread 0 waits for
+//      that (cp.async.bulk.wait_group.read) and arrives on a fourth mbarrier, which every thread
+//      waits on before it stores dS.
 // A small kernel, flash_backward_dq, then writes dq_tiles into dinp's dq columns in rows. Bulk
-// reductions must be large: the same idea with one 256-byte reduction per query row (64 per
-// step) was 1.5x slower than kernel 14. Everything else is kernel 14's. TF32 only; not
-// bit-identical (the reductions, like atomics, add in any order).
+// reductions must be large: the same bytes added by 64 reductions of 256 bytes per step, one
+// per query row (which could add into dinp in place), made flash_backward 1.43x slower than
+// kernel 14's (notebook 15). Everything else is kernel 14's. TF32 only; not bit-identical (the
+// reductions, like atomics, add in any order).
 //
 // Launch geometry (attnlab/fused.py): flash_backward as kernel 14, dynamic shared memory 229,920
 // bytes (kernel 14's 229,912 and a fourth mbarrier); flash_backward_dq: one block of 256 threads

@@ -1,4 +1,4 @@
-"""The knock-out benchmarks (benchmarks/fused_k12_costs.py, fused_copies.py) change a kernel's
+"""The knock-out benchmarks (benchmarks/fused_k12_costs.py, fused_copies.py, fused_dq.py) change a kernel's
 source by text: each replacement must still apply to the kernel as it is now, and each variant
 must still compile for sm_90a, or the benchmark would fail on the GPU, or measure nothing. CPU
 only (nvcc, no GPU)."""
@@ -18,15 +18,16 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def modules():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        yield {name: importlib.import_module(name) for name in ("knockouts", "fused_k12_costs", "fused_copies")}
+        yield {name: importlib.import_module(name) for name in ("knockouts", "fused_k12_costs", "fused_copies", "fused_dq")}
     finally:
         sys.path.remove(str(BENCHMARKS))
 
 
 def variants(modules):
-    """(label, kernel, replacements) of every knock-out variant of both benchmarks."""
+    """(label, kernel, replacements) of every knock-out variant of the three benchmarks."""
     out = [(f"k12 {n}", 12, r) for n, r in modules["fused_k12_costs"].VARIANTS.items()]
     out += [(n, k, r) for n, (k, r) in modules["fused_copies"].VARIANTS.items()]
+    out += [(n, k, r) for n, (k, r) in modules["fused_dq"].VARIANTS.items()]
     return out
 
 
@@ -43,6 +44,12 @@ def test_every_replacement_applies_once_and_changes_the_source(modules):
     assert not any(i in no_bulk for i in instructions)
     assert all(i in ko.variant_source(14, ()) for i in instructions)
     assert "cp_async16(s + f, g + f);" not in ko.variant_source(13, copies["kernel 13 without copies"][1])
+    dq = modules["fused_dq"].VARIANTS
+    assert "atomicAdd" in ko.variant_source(14, ()) and "atomicAdd" not in ko.variant_source(*dq["kernel 14 without atomics"])
+    reduce = "cp.reduce.async.bulk.global"
+    assert ko.variant_source(15, ()).count(reduce) == 1
+    assert reduce not in ko.variant_source(*dq["kernel 15 without reductions"])
+    assert ko.variant_source(*dq["kernel 15, 64 reductions"]).count(reduce) == 1      # in a loop
 
 
 def test_a_replacement_the_kernel_no_longer_has_is_refused(modules):
