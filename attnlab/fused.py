@@ -47,18 +47,18 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # writes dinp directly, so they need neither do nor dqkvr (kernel_buffer_shapes).
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
                     12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14",
-                    15: "flash_attention15"}
+                    15: "flash_attention15", 16: "flash_attention16"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128}
-DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False}
-BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256}
-WGMMA_KERNELS = (12, 13, 14, 15)
-TF32_ONLY = (12, 13, 14, 15)
-TILED = (13, 14, 15)
+OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128, 16: 128}
+DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False, 16: False}
+BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256, 16: 256}
+WGMMA_KERNELS = (12, 13, 14, 15, 16)
+TF32_ONLY = (12, 13, 14, 15, 16)
+TILED = (13, 14, 15, 16)
 # DQ_TILED: TILED kernels that add dQ by bulk reductions into their own buffer, dq_tiles (one 64 x
 # 64 tile per (b, h) and query tile, in the order the threads hold it), which their source's
 # flash_backward_dq then writes into dinp.
-DQ_TILED = (15,)
+DQ_TILED = (15, 16)
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
@@ -67,7 +67,8 @@ ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          12: "on Hopper's warpgroup MMA (wgmma)",
          13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly",
          14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead",
-         15: "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics"}
+         15: "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics",
+         16: "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine"}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -165,8 +166,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version in WGMMA_KERNELS:
         own, other = OWN_ROWS[version], TILE
         floats = 3 * own * HEAD_SIZES[0] + 4 * other * HEAD_SIZES[0] + other * own + 2 * other
-        if version in (14, 15):   # a second stage of Q and dO; 8-byte mbarriers: 3 (14), 4 (15)
-            floats += 2 * other * HEAD_SIZES[0] + 2 * (3 if version == 14 else 4)
+        if version in (14, 15, 16):   # a second stage of Q and dO; 8-byte mbarriers: 4 (15), else 3
+            floats += 2 * other * HEAD_SIZES[0] + 2 * (4 if version == 15 else 3)
     elif kernel == "flash_backward":    # 11: sK, sV; sQ, sdO of 32 rows; lse, D; dS^T
         own, other = OWN_ROWS[version], TILE // 2
         floats = 2 * (own + other) * (TILE_FLOATS // TILE) + 2 * other + own * (other + 8)

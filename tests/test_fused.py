@@ -212,6 +212,10 @@ def test_tile_counts_and_grids(T, tiles):
     assert launch["flash_backward"][2] == 229_912 + 8
     assert launch["flash_backward_dq"] == ((48, -(-T // 64), 1), (256, 1, 1), 0)
     assert "flash_backward_dq" not in fused.fused_launch(4, T, 12, True, 14)
+    # kernel 16: kernel 15 without its fourth mbarrier (dQ waits in a query stage, not in dS)
+    launch = fused.fused_launch(4, T, 12, True, 16)
+    assert launch["flash_backward"][2] == 229_912
+    assert launch["flash_backward_dq"] == fused.fused_launch(4, T, 12, True, 15)["flash_backward_dq"]
 
 
 def test_launch_bounds_ask_each_arch_for_the_blocks_its_shared_memory_fits():
@@ -279,8 +283,9 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     # 192 MiB at T=16k, in place of atomics into dinp
     assert fused.kernel_buffer_shapes(B, T, C, NH, 15)["dq_tiles"] == (B * NH, T // 64, 64 * 64)
     assert fused.extra_bytes_needed(B, T, C, NH, 15) - fused.extra_bytes_needed(B, T, C, NH, 14) == 192 * 2**20
-    with pytest.raises(InputError, match="got 16"):
-        fused.kernel_buffer_shapes(B, T, C, NH, 16)
+    assert fused.kernel_buffer_shapes(B, T, C, NH, 16) == fused.kernel_buffer_shapes(B, T, C, NH, 15)
+    with pytest.raises(InputError, match="got 17"):
+        fused.kernel_buffer_shapes(B, T, C, NH, 17)
 
 
 def test_memory_is_checked_before_allocating(monkeypatch):

@@ -12,7 +12,7 @@ RUNS_ON = {   # (kernel, tf32): architectures
     (9, False): ("sm_80", "sm_86", "sm_89", "sm_90"),     # 83,456 B of shared memory > sm_75's 64 KB
     (9, True): ("sm_80", "sm_86", "sm_89", "sm_90"),      # TF32 tensor cores: sm_80 and newer
     **{(k, tf32): ("sm_80", "sm_90") for k in (10, 11) for tf32 in (False, True)},   # > 99 KB
-    (12, True): ("sm_90",), (13, True): ("sm_90",), (14, True): ("sm_90",), (15, True): ("sm_90",),   # wgmma, TF32 only
+    (12, True): ("sm_90",), (13, True): ("sm_90",), (14, True): ("sm_90",), (15, True): ("sm_90",), (16, True): ("sm_90",),   # wgmma, TF32 only
 }
 
 
@@ -28,7 +28,7 @@ def test_runs_on(kernel, tf32):
 
 
 def test_every_kernel_has_its_precisions_and_a_phrase():
-    assert {k: support.precisions(k) for k in fused.TF32_ONLY} == {12: (True,), 13: (True,), 14: (True,), 15: (True,)}
+    assert {k: support.precisions(k) for k in fused.TF32_ONLY} == {12: (True,), 13: (True,), 14: (True,), 15: (True,), 16: (True,)}
     assert all(support.precisions(k) == (False, True) for k in KERNELS + (9, 10, 11))
     assert set(fused.ABOUT) == set(fused.FUSED_KERNELS)
 
@@ -40,4 +40,4 @@ def test_the_readme_table_groups_kernels_that_run_alike():
     assert rows[2:] == ["| 1–8 | yes | yes | yes | yes | yes |",
                         "| 9 | — | yes | yes | yes | yes |",
                         "| 10, 11 | — | yes | — | — | yes |",
-                        "| 12–15 | — | — | — | — | yes, with --tf32 |"]
+                        "| 12–16 | — | — | — | — | yes, with --tf32 |"]
