@@ -5,8 +5,9 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13 and 14, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes)
+          (kernels 13-16, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15 and 16, DQ_TILED,
+          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -16,9 +17,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-14 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-16 add dQ with
 atomics into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-14 run on Hopper's wgmma, in TF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-16 run on Hopper's wgmma, in TF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -39,7 +40,7 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
 # later one is its own file with the same flash_backward signature (the forward and the
 # preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
-# DETERMINISTIC: bit-identical results run after run (kernels 11-14 add dQ with atomics).
+# DETERMINISTIC: bit-identical results run after run (kernels 11-16 add dQ in no fixed order).
 # BACKWARD_THREADS: threads per backward block. Kernel 12 runs on Hopper's wgmma (sm_90 only,
 # built for sm_90a: kernels.ARCH_SPECIFIC) and in TF32 only (TF32_ONLY).
 # TILED: kernels that read Q and dO as ready-made tiles (the "tiles" buffer), which their
@@ -195,7 +196,8 @@ def check_precision(tf32, version):
 def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
-    kernel 11: one block per 128 keys, which also adds dQ; kernels 13 and 14 add flash_backward_prep)."""
+    kernel 11: one block per 128 keys, which also adds dQ; TILED kernels add flash_backward_prep and
+    DQ_TILED ones flash_backward_dq)."""
     BH, nt = B * NH, n_tiles(T)
     per_head = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
     launch = {
