@@ -18,7 +18,7 @@ newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
 writer, so the same inputs give bit-identical dinp run after run; kernels 11-16 add dQ with
-atomics into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
+atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
 on tensor cores (3xTF32); 12-16 run on Hopper's wgmma, in TF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
