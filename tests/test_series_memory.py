@@ -48,8 +48,8 @@ kernels._module.cache_clear()
 """ + PROBE
 
 
-def test_there_are_15_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(15)]
+def test_there_are_17_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(17)]
 
 
 @pytest.mark.gpu
