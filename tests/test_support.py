@@ -41,3 +41,15 @@ def test_the_readme_table_groups_kernels_that_run_alike():
                         "| 9 | — | yes | yes | yes | yes |",
                         "| 10, 11 | — | yes | — | — | yes |",
                         "| 12–16 | — | — | — | — | yes, with --tf32 |"]
+
+
+def test_help_says_why_a_kernel_is_not_bit_identical():
+    """backward --help: atomics for kernels 11-14, the copy engine's bulk reductions for the
+    DQ_TILED ones (15, 16), nothing for the deterministic ones."""
+    text = " ".join(" ".join(support.kernel_lines(width=10_000)).split())
+    for k in fused.FUSED_KERNELS:
+        entry = text.split(f" {k} fused: ")[1].split(" runs on ")[0]
+        why = ("bit-identical run to run;" if fused.DETERMINISTIC[k] else
+               "(bulk reductions)" if k in fused.DQ_TILED else "(atomics)")
+        assert why in entry and ("not" in entry) != fused.DETERMINISTIC[k], (k, entry)
+    assert fused.DQ_TILED == (15, 16)
