@@ -373,13 +373,13 @@ ARG_FORMATS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
 def backward_arg_format(version):
     """flash_backward's argument format for fused backward kernel ``version``."""
     return ARG_FORMATS["flash_backward_dq_tiled" if version in DQ_TILED else
                        "flash_backward_tiled" if version in TILED else "flash_backward"]
 
 
+@functools.lru_cache(maxsize=None)
 def _function(name, tf32=False, version=FUSED_KERNEL):
     """A kernel of flash_attention.cu (``flash_backward``: of fused kernel ``version``'s file;
     or of permute.cu), prepared, and allowed the dynamic shared memory it needs (over 48 KB is

@@ -622,3 +622,31 @@ def test_a_gpu_without_the_shared_memory_is_refused_before_allocating(monkeypatc
             fused.gpu_fused_backward(dout, inp, 3, tf32=tf32)
     assert main(["backward", "9", "--B", "2", "--T", "260", "--C", "192", "--NH", "3"]) == 2
     assert main(["backward", "10", "--B", "2", "--T", "260", "--C", "192", "--NH", "3"]) == 2
+
+
+def test_a_kernel_is_looked_up_and_prepared_once(monkeypatch):
+    """fused._function is cached: a backward call launches 3-4 kernels, and looking each one up,
+    checking the GPU and preparing it again on every call would put host time between the
+    launches that the benchmarks time (kernel 15's change had lost the cache once)."""
+    import sys
+    import types
+    looked_up = []
+
+    class Fn:
+        def prepare(self, fmt):
+            self.fmt = fmt
+
+    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", types.ModuleType("pycuda.driver"))
+    monkeypatch.setattr(fused, "check_supported", lambda tf32, version: None)
+    monkeypatch.setattr(fused.kernels, "get_function", lambda *a, **k: looked_up.append(a) or Fn())
+    fused._function.cache_clear()
+    try:
+        first = fused._function("flash_backward_prep", True, 15)
+        assert fused._function("flash_backward_prep", True, 15) is first
+        assert looked_up == [(fused.PREP_SOURCE, "flash_backward_prep")]
+        assert first.fmt == fused.ARG_FORMATS["flash_backward_prep"]
+        assert fused._function("flash_backward_dq", True, 15).fmt == fused.ARG_FORMATS["flash_backward_dq"]
+        assert looked_up[-1] == ("flash_attention15", "flash_backward_dq")
+    finally:
+        fused._function.cache_clear()
