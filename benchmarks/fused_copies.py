@@ -17,7 +17,6 @@ B=4 NH=12 HS=64, TF32; CUDA events, L2 flushed, median and quartiles (attnlab.be
 records, for each unchanged kernel, the SASS instructions that copy and wait (cuobjdump -sass
 of the same source built by nvcc for sm_90a, when cuobjdump is on PATH). sm_90 only.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,9 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout
 
 from attnlab import fused
-from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
-from knockouts import compiled, measure_tiled, sass_counts
+from knockouts import arguments, compiled, measure_tiled, sass_counts
 
 NO_CP_ASYNC = ("        cp_async16(s + f, g + f);\n", "")
 NO_BULK = ('''    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -47,13 +45,7 @@ SASS_OPS = ("LDGSTS", "LDGDEPBAR", "DEPBAR", "UBLKCP", "SYNCS", "BAR.SYNC", "HGM
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--T", default="1024,4096,16384")
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-    Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
-    repeats = check_int("--repeats", args.repeats)
+    Ts, repeats, json_path = arguments(__doc__, argv)
     context()
     why = fused.gpu_unsupported_reason(True, 14)
     if why:
@@ -64,8 +56,8 @@ def main(argv=None):
               "sass": {f"kernel {k}": sass_counts(k, SASS_OPS) for k in (13, 14)},
               "flash_backward": {str(T): measure_tiled(T, {n: (VARIANTS[n][0], f) for n, f in fns.items()}, repeats)
                                  for T in Ts}}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
     print(f"{report['device']}: flash_backward alone, median ms (IQR)")
     for T, rows in report["flash_backward"].items():
         for name, r in rows.items():

@@ -18,7 +18,6 @@ five interleaved; B=4 NH=12 HS=64, TF32; CUDA events, L2 flushed, median and qua
 records every SASS opcode of both unchanged kernels (cuobjdump -sass, when it is on PATH).
 sm_90 only.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -26,9 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout
 
 from attnlab import fused
-from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
-from knockouts import compiled, measure_tiled, sass_counts
+from knockouts import arguments, compiled, measure_tiled, sass_counts
 
 NO_ATOMICS = ('''            if (row < T)
                 atomicAdd(reinterpret_cast<float4*>(out + 8 * j),
@@ -49,13 +47,7 @@ VARIANTS = {"kernel 14": (14, ()), "kernel 14 without atomics": (14, (NO_ATOMICS
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--T", default="1024,4096,16384")
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-    Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
-    repeats = check_int("--repeats", args.repeats)
+    Ts, repeats, json_path = arguments(__doc__, argv)
     context()
     why = fused.gpu_unsupported_reason(True, 15)
     if why:
@@ -65,8 +57,8 @@ def main(argv=None):
     report = {"device": device_info()["name"], "repeats": repeats, "variants": list(VARIANTS),
               "sass": {f"kernel {k}": sass_counts(k) for k in (14, 15)},
               "flash_backward": {str(T): measure_tiled(T, fns, repeats) for T in Ts}}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
     print(f"{report['device']}: flash_backward alone, median ms (IQR)")
     for T, rows in report["flash_backward"].items():
         for name, r in rows.items():

@@ -14,7 +14,6 @@ The variants compute wrong gradients; their times are honest: what is left when 
 gone. B=4 NH=12 HS=64, TF32; CUDA events, L2 flushed, median and quartiles (attnlab.bench).
 sm_90 only.
 """
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,10 +24,9 @@ import numpy as np
 
 from attnlab import bench, fused
 from attnlab.buffers import qkv_pointers
-from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info
 from attnlab.problem import DEFAULT
-from knockouts import compiled
+from knockouts import arguments, compiled
 
 TRANSPOSED = ("        if (st) {", "        if (st && ROWS == OWN) {")
 DS_STORES = ("                    sdS[core_index(col, krow + 8 * r, OWN)] = p[at];\n", "")
@@ -64,13 +62,7 @@ def measure(T, fns, repeats):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--T", default="1024,16384")
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
-    Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
-    repeats = check_int("--repeats", args.repeats)
+    Ts, repeats, json_path = arguments(__doc__, argv, T="1024,16384")
     context()
     why = fused.gpu_unsupported_reason(True, 12)
     if why:
@@ -79,8 +71,8 @@ def main(argv=None):
     fns = {name: compiled(12, r) for name, r in VARIANTS.items()}
     report = {"device": device_info()["name"], "repeats": repeats, "variants": list(VARIANTS),
               "flash_backward": {str(T): measure(T, fns, repeats) for T in Ts}}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
     print(f"{report['device']}: kernel 12's flash_backward, median ms (IQR); saved vs kernel 12")
     for T, rows in report["flash_backward"].items():
         base = rows["kernel 12"]["median_ms"]

@@ -3,6 +3,7 @@ backward kernel's source with flash_wgmma.cuh inlined (so that it can be changed
 replaced, that variant's flash_backward compiled for sm_90a and prepared to launch like the
 kernel, the timing of TILED variants' flash_backward alone, and the SASS opcodes of a kernel.
 The files in kernels/ are untouched; the variants compute wrong results on purpose."""
+import argparse
 import re
 import shutil
 import subprocess
@@ -17,7 +18,20 @@ import numpy as np
 
 from attnlab import bench, fused, kernels
 from attnlab.buffers import qkv_pointers
+from attnlab.checks import check_int, parse_list
 from attnlab.problem import DEFAULT
+
+
+def arguments(doc, argv=None, T="1024,4096,16384"):
+    """(Ts, repeats, json path or None) from a knock-out benchmark's command line: --T, --repeats,
+    --json; ``doc``: the script's docstring (its first line is the description)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--T", default=T)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
+    return Ts, check_int("--repeats", args.repeats), args.json
 
 HEADER = "flash_wgmma.cuh"
 

@@ -66,3 +66,22 @@ def test_every_variant_compiles_for_sm90a(modules):
         src = modules["knockouts"].variant_source(kernel, replacements)
         report = archs.ptxas_report(src, f"{label}.cu", {"HEAD_SIZE": 64, "TF32": 1}, archs=("sm_90a",))
         assert "flash_backward" in report["sm_90a"], label
+
+
+def test_the_three_benchmarks_read_their_arguments_alike_and_refuse_bad_ones_first(modules, monkeypatch):
+    """knockouts.arguments: --T, --repeats, --json for every knock-out benchmark; a bad value is
+    refused, naming the option, before any GPU work."""
+    from attnlab.errors import InputError
+
+    def touched():
+        raise AssertionError("the GPU was touched before the arguments were checked")
+    for name in ("fused_k12_costs", "fused_copies", "fused_dq"):
+        monkeypatch.setattr(modules[name], "context", touched)
+    ko = modules["knockouts"]
+    assert ko.arguments(modules["fused_dq"].__doc__, []) == ([1024, 4096, 16384], 10, None)
+    assert ko.arguments("x", ["--T", "260", "--repeats", "3", "--json", "f.json"], T="1") == ([260], 3, "f.json")
+    for name in ("fused_k12_costs", "fused_copies", "fused_dq"):
+        with pytest.raises(InputError, match="--T must be comma-separated integers"):
+            modules[name].main(["--T", "1024,16k"])
+        with pytest.raises(InputError, match="--repeats must be >= 1, got 0"):
+            modules[name].main(["--repeats", "0"])
