@@ -60,6 +60,9 @@ TILED = (13, 14, 15, 16)
 # 64 tile per (b, h) and query tile, in the order the threads hold it), which their source's
 # flash_backward_dq then writes into dinp.
 DQ_TILED = (15, 16)
+# MBARRIERS: kernels whose query tiles arrive by the copy engine, in two stages of Q and dO, and
+# the mbarriers each keeps in shared memory (Q/dO stage 0 and 1, Q^T/dO^T; kernel 15: dQ read).
+MBARRIERS = {14: 3, 15: 4, 16: 3}
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
@@ -167,8 +170,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version in WGMMA_KERNELS:
         own, other = OWN_ROWS[version], TILE
         floats = 3 * own * HEAD_SIZES[0] + 4 * other * HEAD_SIZES[0] + other * own + 2 * other
-        if version in (14, 15, 16):   # a second stage of Q and dO; 8-byte mbarriers: 4 (15), else 3
-            floats += 2 * other * HEAD_SIZES[0] + 2 * (4 if version == 15 else 3)
+        if version in MBARRIERS:   # a second stage of Q and dO, and the 8-byte mbarriers
+            floats += 2 * other * HEAD_SIZES[0] + 2 * MBARRIERS[version]
     elif kernel == "flash_backward":    # 11: sK, sV; sQ, sdO of 32 rows; lse, D; dS^T
         own, other = OWN_ROWS[version], TILE // 2
         floats = 2 * (own + other) * (TILE_FLOATS // TILE) + 2 * other + own * (other + 8)
