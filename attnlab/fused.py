@@ -5,7 +5,7 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-16, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          (kernels 13-17, TILED: dout, q, o --flash_backward_prep--> query tiles and D
           --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15 and 16, DQ_TILED,
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
@@ -17,9 +17,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-16 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-17 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-16 run on Hopper's wgmma, in TF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-17 run on Hopper's wgmma, in TF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -40,7 +40,7 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
 # later one is its own file with the same flash_backward signature (the forward and the
 # preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
-# DETERMINISTIC: bit-identical results run after run (kernels 11-16 add dQ in no fixed order).
+# DETERMINISTIC: bit-identical results run after run (kernels 11-17 add dQ in no fixed order).
 # BACKWARD_THREADS: threads per backward block. Kernel 12 runs on Hopper's wgmma (sm_90 only,
 # built for sm_90a: kernels.ARCH_SPECIFIC) and in TF32 only (TF32_ONLY).
 # TILED: kernels that read Q and dO as ready-made tiles (the "tiles" buffer), which their
@@ -48,21 +48,23 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 # writes dinp directly, so they need neither do nor dqkvr (kernel_buffer_shapes).
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
                     12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14",
-                    15: "flash_attention15", 16: "flash_attention16"}
+                    15: "flash_attention15", 16: "flash_attention16",
+                    17: "flash_attention17"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128, 16: 128}
-DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False, 16: False}
-BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256, 16: 256}
-WGMMA_KERNELS = (12, 13, 14, 15, 16)
-TF32_ONLY = (12, 13, 14, 15, 16)
-TILED = (13, 14, 15, 16)
+OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128, 16: 128, 17: 128}
+DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False, 16: False,
+                 17: False}
+BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256, 16: 256, 17: 256}
+WGMMA_KERNELS = (12, 13, 14, 15, 16, 17)
+TF32_ONLY = (12, 13, 14, 15, 16, 17)
+TILED = (13, 14, 15, 16, 17)
 # DQ_TILED: TILED kernels that add dQ by bulk reductions into their own buffer, dq_tiles (one 64 x
 # 64 tile per (b, h) and query tile, in the order the threads hold it), which their source's
 # flash_backward_dq then writes into dinp.
-DQ_TILED = (15, 16)
+DQ_TILED = (15, 16, 17)
 # MBARRIERS: kernels whose query tiles arrive by the copy engine, in two stages of Q and dO, and
 # the mbarriers each keeps in shared memory (Q/dO stage 0 and 1, Q^T/dO^T; kernel 15: dQ read).
-MBARRIERS = {14: 3, 15: 4, 16: 3}
+MBARRIERS = {14: 3, 15: 4, 16: 3, 17: 3}
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
@@ -72,7 +74,8 @@ ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly",
          14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead",
          15: "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics",
-         16: "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine"}
+         16: "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine",
+         17: "kernel 16 with P^T and dS^T rounded by cvt.rn (one instruction) instead of cvt.rna (three)"}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.

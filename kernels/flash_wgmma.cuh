@@ -1,4 +1,4 @@
-// flash_wgmma.cuh: what fused backward kernels 12-16 (flash_attention12.cu .. 16.cu) share:
+// flash_wgmma.cuh: what fused backward kernels 12-17 (flash_attention12.cu .. 17.cu) share:
 // their geometry, TF32 rounding, the order of the queries in the transposed tiles (kpos),
 // loading rows of a (T, 64) matrix into the K-major tiles wgmma reads, the store of dK and dV,
 // and (kernel 13) copying ready-made query tiles with cp.async.
@@ -9,13 +9,13 @@
 #define HEAD_SIZE 64
 #endif
 #if HEAD_SIZE != 64
-#error "fused kernels 12-16 support HEAD_SIZE=64 only"
+#error "fused kernels 12-17 support HEAD_SIZE=64 only"
 #endif
 #ifndef TF32
 #define TF32 1
 #endif
 #if !TF32
-#error "fused kernels 12-16 are TF32 only: for fp32 accuracy use kernel 11 (3xTF32)"
+#error "fused kernels 12-17 are TF32 only: for fp32 accuracy use kernel 11 (3xTF32)"
 #endif
 
 #define HS HEAD_SIZE
@@ -96,7 +96,7 @@ __device__ __forceinline__ void store_dkdv(float* __restrict__ dk, float* __rest
     }
 }
 
-// The query tiles of kernels 13-16 (flash_backward_prep, in flash_attention13.cu).
+// The query tiles of kernels 13-17 (flash_backward_prep, in flash_attention13.cu).
 #define TILE_FLOATS (4 * OTHER * HS)     // one query tile in its four layouts: Q, dO, Q^T, dO^T
 
 __device__ __forceinline__ void cp_async16(float* s, const float* g) {

@@ -1,0 +1,250 @@
+// flash_attention17.cu: kernel 17, kernel 16 with P^T and dS^T rounded to TF32 by one SASS
+// instruction each instead of three.
+//
+// WHAT CHANGED from kernel 16 (flash_attention16.cu), and why it should be faster. Each step
+// rounds its 32 P^T and 32 dS^T values per thread to TF32, the A operands of dV and dK, with
+// round_tf32: cvt.rna (to nearest, ties away from zero), which sm_90 has no instruction for, so
+// ptxas builds it from three. sm_90 does have one for cvt.rn (to nearest, ties to even; PTX 7.8):
+// here the 64 roundings use it, two instructions fewer each, 128 per thread per step, in the
+// elementwise phase that both warpgroups run while the tensor cores wait. The two roundings differ
+// only on exact ties (the dropped 13 bits exactly half way), where they pick the two neighbours.
+// K, V and K^T (rounded once per block) keep round_tf32. Everything else is kernel 16's. TF32
+// only; not bit-identical (the reductions add in any order).
+//
+// Launch geometry (attnlab/fused.py): as kernel 16.
+#include "flash_wgmma.cuh"
+
+#define HALF_TILE_BYTES (2 * OTHER * HS * 4)   // Q and dO, or Q^T and dO^T
+
+// x rounded to TF32, to nearest with ties to even: one instruction on sm_90 (round_tf32: three).
+__device__ __forceinline__ float round_tf32_rn(float x) {
+    uint32_t r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Copy HALF_TILE_BYTES from global g to shared s; bar's phase completes when they have landed.
+__device__ __forceinline__ void copy_half_bulk(float* s, const float* g, uint64_t* bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(bar)), "n"(HALF_TILE_BYTES) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(s)), "l"(g), "n"(HALF_TILE_BYTES), "r"(smem_addr(bar)) : "memory");
+}
+// The dQ of one query tile (64 x 64 floats, DQ_TILE_FLOATS) as the threads hold it: thread f's
+// float4 j (at 4 (f + 256 j)) is its dQ[4j .. 4j+3], queries 16 warp + g and + 8, dims 32 wg +
+// 8j + 2t, 2t+1 (wgmma's accumulator layout at N = 32). A warp stores 512 contiguous bytes, with no
+// bank conflicts; flash_backward_dq puts the elements back in rows.
+#define DQ_TILE_FLOATS (OTHER * HS)
+__device__ __forceinline__ void store_dq(float* sdQ, const float (&dQ)[16], float scale) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        *reinterpret_cast<float4*>(sdQ + 4 * (threadIdx.x + NUM_THREADS * j)) =
+            make_float4(scale * dQ[4 * j], scale * dQ[4 * j + 1], scale * dQ[4 * j + 2], scale * dQ[4 * j + 3]);
+}
+// Add the tile's dQ (16 KiB in shared memory) into dq_tile (global) by the copy engine.
+__device__ __forceinline__ void reduce_dq(float* dq_tile, const float* sdQ) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 :: "l"(dq_tile), "r"(smem_addr(sdQ)), "n"(DQ_TILE_FLOATS * 4) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Wait until bar completes the phase whose parity is `phase`.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
+    asm volatile("{\n.reg .pred done;\nwait:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra wait;\n}" :: "r"(smem_addr(bar)), "r"(phase) : "memory");
+}
+
+// One block: key tile J (128 keys, k0 = 128 J) of one (b, h) over query tiles i of 64 (q0 = 64 i
+// >= k0). blockIdx.x = b*NH + h, blockIdx.y = J (the longest first).
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+flash_backward(float* __restrict__ dinp, float* __restrict__ dq_tiles, const float* __restrict__ tiles, const float* __restrict__ k,
+               const float* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ D,
+               int T, int NH, float scale) {
+    extern __shared__ float4 smem4[];
+    float* sK = reinterpret_cast<float*>(smem4);   // OWN x HS     (A of S^T)
+    float* sV = sK + OWN * HS;                      // OWN x HS     (A of dP^T)
+    float* sKt = sV + OWN * HS;                     // HS x OWN     (B of dQ)
+    float* sQdO = sKt + OWN * HS;                   // 2 stages of Q, dO (OTHER x HS each: B of S^T, dP^T)
+    float* sQt = sQdO + 4 * OTHER * HS;             // HS x OTHER   (B of dK, queries at kpos)
+    float* sdOt = sQt + OTHER * HS;                 // HS x OTHER   (B of dV, queries at kpos)
+    float* sdS = sdOt + OTHER * HS;                 // OTHER x OWN  (A of dQ)
+    float* sLse = sdS + OTHER * OWN;                // lse * log2(e) of the query tile
+    float* sD = sLse + OTHER;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(sD + OTHER);   // Q/dO stage 0, stage 1, Q^T/dO^T
+    const int n_other = (T + OTHER - 1) / OTHER;
+    const size_t bh = (size_t)blockIdx.x * T;
+    k += bh * HS; v += bh * HS; lse += bh; D += bh;
+    const int ld = 3 * NH * HS;                     // dinp's row: dq, dk, dv of all heads
+    float* dk = dinp + (size_t)(blockIdx.x / NH) * T * ld + (NH + blockIdx.x % NH) * HS;
+    float* dv = dk + NH * HS;
+    tiles += (size_t)blockIdx.x * n_other * TILE_FLOATS;
+    dq_tiles += (size_t)blockIdx.x * n_other * DQ_TILE_FLOATS;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int k0 = blockIdx.y * OWN, krow = 64 * wg + 16 * warp + g;   // + 8r: the thread's keys
+    const float c = scale * LOG2E;
+    const int i0 = k0 / OTHER;                      // the first query tile; tile i is in stage (i - i0) % 2
+
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < 3; ++b) mbar_init(bars + b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");   // before the copy engine uses them
+        copy_half_bulk(sQdO, tiles + (size_t)i0 * TILE_FLOATS, bars);
+    }
+    {
+        Rows<OWN> r;
+        load_rows(r, k, k0, T, HS);
+        store_rows<OWN, false>(r, sK, sKt);
+        load_rows(r, v, k0, T, HS);
+        store_rows<OWN, false>(r, sV, nullptr);
+    }
+    fence_async_shared();                           // K, V and K^T, before wgmma reads them
+    const float* sKw = sK + 64 * wg * HS;           // the warpgroup's 64 rows
+    const float* sVw = sV + 64 * wg * HS;
+    const float* sKtw = sKt + 32 * wg * OWN;        // dims 32 wg .. 32 wg + 31 of K^T
+    float dK[32], dV[32];
+#pragma unroll
+    for (int n = 0; n < 32; ++n) dK[n] = dV[n] = 0.f;
+
+    float next_lse = 0.f, next_d = 0.f;
+    if (threadIdx.x < OTHER && i0 * OTHER + threadIdx.x < T) {
+        next_lse = lse[i0 * OTHER + threadIdx.x] * LOG2E;
+        next_d = D[i0 * OTHER + threadIdx.x];
+    }
+    uint32_t phases = 0;                            // bit b: the parity of mbarrier b's next phase
+    float dQ[16];                                   // the last tile's, added at the next step
+    for (int i = i0; i < n_other; ++i) {
+        const int q0 = i * OTHER, stage = (i - i0) & 1;
+        const float* sQ = sQdO + 2 * stage * OTHER * HS;
+        const float* sdO = sQ + OTHER * HS;
+        float* sOther = sQdO + 2 * (stage ^ 1) * OTHER * HS;   // the last tile's Q, dO: read; then the next tile's
+        __syncthreads();   // every wgmma of the previous tile has read its tiles (waited below)
+        if (threadIdx.x == 0)
+            copy_half_bulk(sQt, tiles + (size_t)i * TILE_FLOATS + 2 * OTHER * HS, bars + 2);   // Q^T, dO^T
+        if (threadIdx.x < OTHER) {
+            sLse[threadIdx.x] = next_lse;
+            sD[threadIdx.x] = next_d;
+        }
+        if (i > i0) {   // the last tile's dQ, in the stage both warpgroups read the last tile's Q from
+            store_dq(sOther, dQ, scale);
+            fence_async_shared();   // before the copy engine reads it
+        }
+        mbar_wait(bars + stage, (phases >> stage) & 1);   // Q and dO of this tile have landed
+        phases ^= 1u << stage;
+        __syncthreads();        // lse, D and the last tile's dQ
+        if (i > i0 && threadIdx.x == 0) reduce_dq(dq_tiles + (size_t)(i - 1) * DQ_TILE_FLOATS, sOther);
+
+        // S^T = K Q^T and dP^T = V dO^T: the warpgroup's 64 keys x the tile's 64 queries
+        float s[32], p[32];
+        wg_hold(s);
+        wg_hold(p);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) wgmma64_ss(s, wg_desc(sKw + 64 * kk, HS), wg_desc(sQ + 64 * kk, HS), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) wgmma64_ss(p, wg_desc(sVw + 64 * kk, HS), wg_desc(sdO + 64 * kk, HS), kk > 0);
+        wg_commit();
+        if (threadIdx.x == 0 && i + 1 < n_other) {   // the copy engine has read the last dQ: the next tile
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            copy_half_bulk(sOther, tiles + (size_t)(i + 1) * TILE_FLOATS, bars + (stage ^ 1));
+        }
+        wg_wait<0>();
+        wg_hold(s);
+        wg_hold(p);
+
+        // P^T and dS^T = P^T o (dP^T - D), rounded to TF32 (the A operands of dV and dK).
+        // Element 4j + 2r + e: key k0 + krow + 8r, query q0 + 8j + 2t + e.
+        const bool edge = q0 < k0 + OWN || q0 + OTHER > T;   // tiles that need the causal mask
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = 8 * j + 2 * t + e;
+                const float lse2 = sLse[col], d = sD[col];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int at = 4 * j + 2 * r + e, key = k0 + krow + 8 * r;
+                    float x = exp2f(fmaf(c, s[at], -lse2));
+                    if (edge && (key > q0 + col || q0 + col >= T)) x = 0.f;
+                    p[at] = round_tf32_rn(x * (p[at] - d));
+                    s[at] = round_tf32_rn(x);
+                }
+            }
+        // dS to shared memory for dQ; lanes g >= 4 take query 2t+1 first: 32 banks per store
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int ee = 0; ee < 2; ++ee) {
+                const int e = ee ^ (g >> 2), col = 8 * j + 2 * t + e;
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    sdS[core_index(col, krow + 8 * r, OWN)] = e ? p[4 * j + 2 * r + 1] : p[4 * j + 2 * r];
+            }
+        fence_async_shared();   // dS, before wgmma reads it
+        mbar_wait(bars + 2, (phases >> 2) & 1);   // Q^T and dO^T have landed
+        phases ^= 4u;
+        __syncthreads();        // dS of both warpgroups is in shared memory
+        if (threadIdx.x < OTHER && i + 1 < n_other) {   // queries past T: 0, not the last tile's values
+            const bool in = q0 + OTHER + threadIdx.x < T;
+            next_lse = in ? lse[q0 + OTHER + threadIdx.x] * LOG2E : 0.f;
+            next_d = in ? D[q0 + OTHER + threadIdx.x] : 0.f;
+        }
+
+        // dV += P^T dO and dK += dS^T Q (A from registers: k = t, t+4 are queries 2t, 2t+1),
+        // then dQ (64 queries x the warpgroup's 32 dims) = dS K over the 128 keys
+        wg_hold(dV);
+        wg_hold(dK);
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t a[4] = {__float_as_uint(s[4 * j]), __float_as_uint(s[4 * j + 2]),
+                                   __float_as_uint(s[4 * j + 1]), __float_as_uint(s[4 * j + 3])};
+            wgmma64_rs(dV, a, wg_desc(sdOt + 64 * j, OTHER), 1);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t a[4] = {__float_as_uint(p[4 * j]), __float_as_uint(p[4 * j + 2]),
+                                   __float_as_uint(p[4 * j + 1]), __float_as_uint(p[4 * j + 3])};
+            wgmma64_rs(dK, a, wg_desc(sQt + 64 * j, OTHER), 1);
+        }
+#pragma unroll
+        for (int kk = 0; kk < OWN / 8; ++kk) wgmma32_ss(dQ, wg_desc(sdS + 64 * kk, OWN), wg_desc(sKtw + 64 * kk, OWN), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(dV);
+        wg_hold(dK);
+        wg_hold(dQ);
+    }
+    // the last tile's dQ, into dS's bytes
+    __syncthreads();            // both warpgroups' dQ products have read dS
+    store_dq(sdS, dQ, scale);
+    fence_async_shared();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        reduce_dq(dq_tiles + (size_t)(n_other - 1) * DQ_TILE_FLOATS, sdS);
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");   // done before the block exits
+    }
+    store_dkdv(dk, dv, ld, dK, dV, k0 + krow, T, scale, t);
+}
+
+// dq (dinp's first C columns) from dq_tiles: one block per (b, h) and query tile, each thread
+// its four float4 of the tile (as store_dq wrote them), as two float2 of rows g and g + 8.
+extern "C" __global__ void __launch_bounds__(NUM_THREADS)
+flash_backward_dq(float* __restrict__ dinp, const float* __restrict__ dq_tiles, int T, int NH) {
+    const int i = blockIdx.y, ld = 3 * NH * HS;
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4, row = i * OTHER + 16 * warp + g;
+    const float4* tile = reinterpret_cast<const float4*>(dq_tiles + ((size_t)blockIdx.x * gridDim.y + i) * DQ_TILE_FLOATS);
+    float* dq = dinp + (size_t)(blockIdx.x / NH) * T * ld + (blockIdx.x % NH) * HS + 32 * wg + 2 * t;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float4 x = tile[threadIdx.x + NUM_THREADS * j];
+        if (row < T) *reinterpret_cast<float2*>(dq + (size_t)row * ld + 8 * j) = make_float2(x.x, x.y);
+        if (row + 8 < T) *reinterpret_cast<float2*>(dq + (size_t)(row + 8) * ld + 8 * j) = make_float2(x.z, x.w);
+    }
+}
