@@ -48,8 +48,8 @@ kernels._module.cache_clear()
 """ + PROBE
 
 
-def test_there_are_17_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(17)]
+def test_there_are_18_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(18)]
 
 
 @pytest.mark.gpu
