@@ -3,11 +3,11 @@
 //
 // WHAT CHANGED from kernel 16 (flash_attention16.cu), and why it should be faster. Each step
 // rounds its 32 P^T and 32 dS^T values per thread to TF32, the A operands of dV and dK, with
-// round_tf32: cvt.rna (to nearest, ties away from zero). sm_90 has no instruction for it, so
-// ptxas builds it from three (FSETP, IMAD.IADD, LOP3). It has one for cvt.rn (to nearest, ties
-// to even: F2FP.TF32.F32.PACK_B). Here the 64 roundings use cvt.rn: two instructions fewer
-// each, 128 per thread per step, in the elementwise phase that both warpgroups run while the
-// tensor cores wait. The two roundings differ only on exact ties (the 13 dropped bits exactly
+// round_tf32: cvt.rna (to nearest, ties away from zero). sm_90 has no single SASS instruction
+// for it, so ptxas builds it from three (FSETP, IMAD.IADD, LOP3). It has one for cvt.rn (to
+// nearest, ties to even: F2FP.TF32.F32.PACK_B). Here the 64 roundings use cvt.rn: two
+// instructions fewer each, 128 per thread per step, in the elementwise phase that both
+// warpgroups run while the tensor cores wait. The two roundings differ only on exact ties (the 13 dropped bits exactly
 // half way), where they pick different neighbours. K, V and K^T (rounded once per block) keep
 // round_tf32. Everything else is kernel 16's. TF32 only; not bit-identical (the reductions
 // add in any order).
