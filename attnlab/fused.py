@@ -6,7 +6,7 @@ Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
           (kernels 13-17, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15 and 16, DQ_TILED,
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-17, DQ_TILED,
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need

@@ -12,7 +12,7 @@ RUNS_ON = {   # (kernel, tf32): architectures
     (9, False): ("sm_80", "sm_86", "sm_89", "sm_90"),     # 83,456 B of shared memory > sm_75's 64 KB
     (9, True): ("sm_80", "sm_86", "sm_89", "sm_90"),      # TF32 tensor cores: sm_80 and newer
     **{(k, tf32): ("sm_80", "sm_90") for k in (10, 11) for tf32 in (False, True)},   # > 99 KB
-    (12, True): ("sm_90",), (13, True): ("sm_90",), (14, True): ("sm_90",), (15, True): ("sm_90",), (16, True): ("sm_90",),   # wgmma, TF32 only
+    **{(k, True): ("sm_90",) for k in (12, 13, 14, 15, 16, 17)},   # wgmma, TF32 only
 }
 
 
