@@ -183,7 +183,7 @@ def builds():
     """(source, defines, archs) for every way a kernels/*.cu is compiled at run time: kernels
     6-8 once per block size (-DBLOCK_SIZE), flash_attention with TF32=0 and (sm_80+) TF32=1,
     the later fused backward kernels (tensor cores) on sm_80+ in each precision they have
-    (fused.TF32_ONLY: TF32=1 only); the sources of kernels.ARCH_SPECIFIC for sm_90a only."""
+    (fused.precisions: TF32_ONLY TF32=1 only, FP32_ONLY TF32=0 only); the sources of kernels.ARCH_SPECIFIC for sm_90a only."""
     from . import fused
     from .launch import block_size_defines
     version = {s: k for k, s in fused.BACKWARD_SOURCES.items()}
@@ -196,7 +196,7 @@ def builds():
         elif source in version:
             out += [(source, (("HEAD_SIZE", 64), ("TF32", tf32)),
                      SPECIFIC_ARCHS if specific else TF32_ARCHS)
-                    for tf32 in ((1,) if version[source] in fused.TF32_ONLY else (0, 1))]
+                    for tf32 in map(int, fused.precisions(version[source]))]
         elif re.fullmatch(r"softmax_backward\d+", source):
             k = int(source[len("softmax_backward"):])
             variants = {tuple(sorted(block_size_defines(k, bs).items())) for bs in BLOCK_SIZES}

@@ -5,8 +5,8 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-17, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-17, DQ_TILED,
+          (kernels 13-18, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-18, DQ_TILED,
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
@@ -17,9 +17,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-17 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-18 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-17 run on Hopper's wgmma, in TF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-18 run on Hopper's wgmma, 12-17 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -49,23 +49,28 @@ FUSED_KERNEL = 9                     # its number next to the softmax-backward k
 BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
                     12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14",
                     15: "flash_attention15", 16: "flash_attention16",
-                    17: "flash_attention17"}
+                    17: "flash_attention17", 18: "flash_attention18"}
 FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128, 16: 128, 17: 128}
+OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128, 16: 128, 17: 128, 18: 64}
 DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False, 16: False,
-                 17: False}
-BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256, 16: 256, 17: 256}
-WGMMA_KERNELS = (12, 13, 14, 15, 16, 17)
+                 17: False, 18: False}
+BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256, 16: 256, 17: 256,
+                    18: 128}
+WGMMA_KERNELS = (12, 13, 14, 15, 16, 17, 18)
 TF32_ONLY = (12, 13, 14, 15, 16, 17)
-TILED = (13, 14, 15, 16, 17)
+FP32_ONLY = (18,)                    # 3xTF32 on wgmma: fp32-accurate only (tf32=False)
+TILED = (13, 14, 15, 16, 17, 18)
 # DQ_TILED: TILED kernels that add dQ by bulk reductions into their own buffer, dq_tiles (one 64 x
 # 64 tile per (b, h) and query tile, in the order the threads hold it), which their source's
 # flash_backward_dq then writes into dinp.
-DQ_TILED = (15, 16, 17)
+DQ_TILED = (15, 16, 17, 18)
 # MBARRIERS: kernels whose query tiles arrive by the copy engine, in two stages of Q and dO, and
 # the mbarriers each keeps in shared memory (Q/dO stage 0 and 1, Q^T/dO^T; kernel 15: dQ read).
-MBARRIERS = {14: 3, 15: 4, 16: 3, 17: 3}
+MBARRIERS = {14: 3, 15: 4, 16: 3, 17: 3, 18: 3}
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
+# SPLIT_TILES: TILED kernels with their own flash_backward_prep (BACKWARD_THREADS threads), whose
+# query tiles hold each layout twice, as a TF32 high and low part (3xTF32): 8 layouts, not 4.
+SPLIT_TILES = (18,)
 # Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
 ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          10: "128 rows per block, 32 per warp",
@@ -75,7 +80,8 @@ ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
          14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead",
          15: "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics",
          16: "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine",
-         17: "kernel 16 with P^T and dS^T rounded by cvt.rn (one instruction) instead of cvt.rna (three)"}
+         17: "kernel 16 with P^T and dS^T rounded by cvt.rn (one instruction) instead of cvt.rna (three)",
+         18: "kernel 17's products in 3xTF32 (fp32-accurate) on wgmma, 64 keys per block"}
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -170,6 +176,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version == 10:
         own = OWN_ROWS[version]
         floats = 2 * (own + TILE) * (TILE_FLOATS // TILE) + 2 * own
+    elif kernel == "flash_backward" and version in SPLIT_TILES:   # K, V, K^T, Q, dO, Q^T, dO^T: hi and lo
+        floats = 14 * TILE * HEAD_SIZES[0] + 2 * TILE + 2 * MBARRIERS[version]
     elif kernel == "flash_backward" and version in WGMMA_KERNELS:
         own, other = OWN_ROWS[version], TILE
         floats = 3 * own * HEAD_SIZES[0] + 4 * other * HEAD_SIZES[0] + other * own + 2 * other
@@ -191,11 +199,21 @@ def check_fused_kernel(version):
     return version
 
 
+def precisions(version):
+    """The tf32 settings fused backward kernel ``version`` has: (False, True); (True,) if TF32
+    only (TF32_ONLY); (False,) if fp32-accurate only (FP32_ONLY)."""
+    check_fused_kernel(version)
+    return (True,) if version in TF32_ONLY else (False,) if version in FP32_ONLY else (False, True)
+
+
 def check_precision(tf32, version):
     """tf32 as check_tf32, and one that fused backward kernel ``version`` runs in."""
     if check_fused_kernel(version) in TF32_ONLY and not check_tf32(tf32):
         raise InputError(f"tf32=False: fused backward kernel {version} runs in TF32 only "
-                         f"(tf32=True, --tf32); for fp32 accuracy use kernel 11 (3xTF32)")
+                         f"(tf32=True, --tf32); for fp32 accuracy use kernel 18 or 11 (3xTF32)")
+    if version in FP32_ONLY and check_tf32(tf32):
+        raise InputError(f"tf32=True: fused backward kernel {version} is fp32-accurate only "
+                         f"(3xTF32: tf32=False, no --tf32); for TF32 use kernel 17")
     return check_tf32(tf32)
 
 
@@ -214,7 +232,8 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
     if version in TILED:   # one block per 64-query tile
-        launch["flash_backward_prep"] = ((BH, nt, 1), (PREP_THREADS, 1, 1), 0)
+        threads = BACKWARD_THREADS[version] if version in SPLIT_TILES else PREP_THREADS
+        launch["flash_backward_prep"] = ((BH, nt, 1), (threads, 1, 1), 0)
     if version in DQ_TILED:
         launch["flash_backward_dq"] = ((BH, nt, 1), (BACKWARD_THREADS[version], 1, 1), 0)
     return launch
@@ -235,16 +254,25 @@ def kernel_buffer_shapes(B, T, C, NH, kernel):
     """The buffers backward kernel ``kernel`` uses on top of fused_buffer_shapes: the query
     tiles (TILED kernels) or the pipeline's do and dqkvr (the others)."""
     if check_fused_kernel(kernel) in DQ_TILED:
-        return {"tiles": query_tiles_shape(B, T, NH), "dq_tiles": (B * NH, n_tiles(T), TILE * HEAD_SIZES[0])}
+        return {tiles_name(kernel): query_tiles_shape(B, T, NH, kernel),
+                "dq_tiles": (B * NH, n_tiles(T), TILE * HEAD_SIZES[0])}
     if kernel in TILED:
-        return {"tiles": query_tiles_shape(B, T, NH)}
+        return {"tiles": query_tiles_shape(B, T, NH, kernel)}
     return _shapes(PIPELINE_BUFFERS, B, T, C, NH)
 
 
-def query_tiles_shape(B, T, NH):
-    """The query tiles of the TILED kernels: per (b, h) and tile of 64 queries, Q and dO in
-    the four layouts of kernels/flash_attention13.cu (64 x 64 floats each)."""
-    return (B * NH, n_tiles(T), 4 * TILE * HEAD_SIZES[0])
+def tiles_name(kernel):
+    """The name of TILED kernel ``kernel``'s query-tile buffer: "tiles", or "split_tiles" for
+    the SPLIT_TILES kernels (another size: one FusedBuffers can hold both)."""
+    return "split_tiles" if kernel in SPLIT_TILES else "tiles"
+
+
+def query_tiles_shape(B, T, NH, kernel=13):
+    """The query tiles of the TILED kernel ``kernel``: per (b, h) and tile of 64 queries, Q and
+    dO in the four layouts of kernels/flash_attention13.cu (64 x 64 floats each); SPLIT_TILES
+    kernels: each layout as a high and a low part, 8 in all."""
+    layouts = 8 if kernel in SPLIT_TILES else 4
+    return (B * NH, n_tiles(T), layouts * TILE * HEAD_SIZES[0])
 
 
 def extra_bytes_needed(B, T, C, NH, kernel):
@@ -397,7 +425,8 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
         return fn
     check_supported(tf32, version)
     source = {"flash_backward": BACKWARD_SOURCES[version], "flash_backward_dq": BACKWARD_SOURCES[version],
-              "flash_backward_prep": PREP_SOURCE}.get(name, SOURCE)
+              "flash_backward_prep": BACKWARD_SOURCES[version] if version in SPLIT_TILES else PREP_SOURCE
+              }.get(name, SOURCE)
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
     fn.prepare(backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name])
     if name in ("flash_forward", "flash_backward"):
@@ -460,7 +489,7 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     grid, block, shared = launch["flash_backward"]
     if kernel in TILED:
         import pycuda.driver as cuda
-        tiles = int(own["tiles"].gpudata)
+        tiles = int(own[tiles_name(kernel)].gpudata)
         if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
             dq_tiles = own["dq_tiles"]
             cuda.memset_d32(int(dq_tiles.gpudata), 0, dq_tiles.size)
@@ -539,7 +568,7 @@ def sanitize_steps(B, T, C, NH):
     inp, dout = make_inputs(B, T, C, NH, seed=0)
     variants = []
     for kernel in FUSED_KERNELS:
-        for tf32 in (True,) if kernel in TF32_ONLY else (False, True):
+        for tf32 in precisions(kernel):
             why = gpu_unsupported_reason(tf32, kernel)
             if why:
                 print(f"attnlab.fused: kernel {kernel} not run under the sanitizer: {why}",

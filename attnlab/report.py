@@ -277,6 +277,7 @@ LADDER_METHODS = (("fused tf32", "9 TF32"), ("fused10 tf32", "10 TF32"), ("fused
                   ("fused17 tf32", "17 TF32"),
                   ("fused fp32", "9 fp32"),
                   ("fused10 fp32", "10 3xTF32"), ("fused11 fp32", "11 3xTF32"),
+                  ("fused18 fp32", "18 3xTF32"),
                   ("torch", "PyTorch SDPA fp32"))
 
 
@@ -302,7 +303,7 @@ def fused_table(out=None, name="fused_vs_torch", methods=FUSED_METHODS):
 
 
 def ladder_table(out=None):
-    """The README's table of fused kernels 9-17 and PyTorch, from fused_ladder_vs_torch.json."""
+    """The README's table of fused kernels 9-18 and PyTorch, from fused_ladder_vs_torch.json."""
     return fused_table(out, "fused_ladder_vs_torch", LADDER_METHODS)
 
 

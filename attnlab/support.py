@@ -10,8 +10,8 @@ from .checks import KERNELS
 
 
 def precisions(kernel):
-    """The --tf32 settings backward ``kernel`` has: (False, True), or (True,) if TF32 only."""
-    return (True,) if kernel in fused.TF32_ONLY else (False, True)
+    """The --tf32 settings backward ``kernel`` has: (False, True), or one (fused.precisions)."""
+    return fused.precisions(kernel) if kernel in fused.FUSED_KERNELS else (False, True)
 
 
 def runs_on(kernel, tf32):
@@ -58,6 +58,8 @@ def readme_table():
 def _precision(kernel):
     if kernel in fused.TF32_ONLY:
         return "TF32 only (give --tf32)"
+    if kernel in fused.FP32_ONLY:
+        return "fp32-accurate 3xTF32 only (no --tf32)"
     if kernel == fused.FUSED_KERNEL:
         return "fp32 on CUDA cores, --tf32: TF32 tensor cores"
     return "fp32-accurate 3xTF32 on tensor cores, --tf32: one TF32 product"

@@ -51,15 +51,16 @@ def variant_source(kernel, replacements):
 
 def compiled(kernel, replacements):
     """The variant's flash_backward, prepared with the kernel's arguments and allowed its
-    shared memory (needs a GPU that runs it: sm_90)."""
+    shared memory (needs a GPU that runs it: sm_90), in the kernel's precision."""
     import pycuda.driver as cuda
+    tf32 = fused.precisions(kernel)[-1]        # TF32 kernels: TF32; kernel 18: its 3xTF32
     module = kernels.compile_source(variant_source(kernel, replacements),
                                     f"flash_attention{kernel}_variant.cu",
-                                    {"HEAD_SIZE": 64, "TF32": 1}, specific=True)
+                                    {"HEAD_SIZE": 64, "TF32": int(tf32)}, specific=True)
     fn = module.get_function("flash_backward")
     fn.prepare(fused.backward_arg_format(kernel))
     fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                     fused.shared_memory_bytes("flash_backward", True, kernel))
+                     fused.shared_memory_bytes("flash_backward", tf32, kernel))
     return fn
 
 
@@ -107,7 +108,8 @@ def sass_counts(kernel, ops=None):
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         subprocess.run([kernels.require_nvcc(), "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
-                        *kernels.nvcc_options({"HEAD_SIZE": 64, "TF32": 1}), f"-I{kernels.KERNEL_DIR}",
+                        *kernels.nvcc_options({"HEAD_SIZE": 64, "TF32": int(fused.precisions(kernel)[-1])}),
+                        f"-I{kernels.KERNEL_DIR}",
                         "-o", str(cubin), str(kernels.kernel_path(f"flash_attention{kernel}"))],
                        check=True, capture_output=True)
         sass = subprocess.run([cuobjdump, "-sass", "-fun", "flash_backward", str(cubin)],

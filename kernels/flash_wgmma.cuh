@@ -1,4 +1,4 @@
-// flash_wgmma.cuh: what fused backward kernels 12-17 (flash_attention12.cu .. 17.cu) share:
+// flash_wgmma.cuh: what fused backward kernels 12-18 (flash_attention12.cu .. 17.cu) share:
 // their geometry, TF32 rounding, the order of the queries in the transposed tiles (kpos),
 // loading rows of a (T, 64) matrix into the K-major tiles wgmma reads, the store of dK and dV,
 // and (kernel 13) copying ready-made query tiles with cp.async.
@@ -14,14 +14,18 @@
 #ifndef TF32
 #define TF32 1
 #endif
-#if !TF32
-#error "fused kernels 12-17 are TF32 only: for fp32 accuracy use kernel 11 (3xTF32)"
+#if !TF32 && !defined(SPLIT_TF32)
+#error "fused kernels 12-17 are TF32 only: for fp32 accuracy use kernel 18 or 11 (3xTF32)"
 #endif
 
 #define HS HEAD_SIZE
+#ifndef OWN                              // (kernel 18: 64 keys, one warpgroup)
 #define OWN 128                          // keys a block owns: 64 per warpgroup
+#endif
 #define OTHER 64                         // queries of each tile it loops over
+#ifndef NUM_THREADS
 #define NUM_THREADS 256
+#endif
 #define LOG2E 1.4426950408889634f
 
 __device__ __forceinline__ float round_tf32(float x) {

@@ -1,5 +1,5 @@
 // wgmma_tf32.cuh: Hopper's warpgroup matrix multiply-accumulate (wgmma.mma_async, sm_90a) on
-// TF32 operands, for fused backward kernel 12 (flash_attention12.cu) and its check
+// TF32 operands, for fused backward kernels 12-18 (flash_attention12.cu ..) and its check
 // (wgmma_check.cu).
 //
 // A warpgroup is 4 consecutive warps (128 threads). One wgmma.mma_async.m64nNk8 computes
@@ -67,6 +67,22 @@ __device__ __forceinline__ void wgmma64_rs(float (&d)[32], const uint32_t (&a)[4
                  "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}"
                  : WG_D32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+// D (64 x 64) = A B, A and B from shared memory, and the same with A from registers: D is only
+// written. (With the accumulating forms above, a D not yet set is read, and the compiler keeps
+// its registers live around the loop that holds them.)
+#define WG_O8(d, i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), \
+                    "=f"(d[i + 4]), "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
+#define WG_O32(d) WG_O8(d, 0), WG_O8(d, 8), WG_O8(d, 16), WG_O8(d, 24)
+__device__ __forceinline__ void wgmma64_ss_first(float (&d)[32], uint64_t da, uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 0, 1, 1;"
+                 : WG_O32(d) : "l"(da), "l"(db));
+}
+__device__ __forceinline__ void wgmma64_rs_first(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 0, 1, 1;"
+                 : WG_O32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 // D (64 x 32) = A B + (accumulate ? D : 0); A and B from shared memory.
 __device__ __forceinline__ void wgmma32_ss(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {

@@ -26,10 +26,11 @@ FP32 = (("HEAD_SIZE", 64), ("TF32", 0))
 TF32 = (("HEAD_SIZE", 64), ("TF32", 1))
 TF32_ON_SM75 = ("flash_attention", TF32, ("sm_75",))   # must not compile: #error below sm_80
 # must not compile either: the wgmma sources for plain sm_90 (ptxas: wgmma needs sm_90a), and the
-# TF32-only fused kernels with TF32=0 (#error)
+# TF32-only fused kernels with TF32=0 and the fp32-only ones with TF32=1 (#error)
 WGMMA_ON_SM90 = [(s, d, ("sm_90",)) for s, d, archs in BUILDS if archs == SPECIFIC_ARCHS]
 FP32_OF_TF32_ONLY = [(fused.BACKWARD_SOURCES[k], FP32, SPECIFIC_ARCHS) for k in fused.TF32_ONLY]
-MUST_FAIL = [TF32_ON_SM75] + WGMMA_ON_SM90 + FP32_OF_TF32_ONLY
+TF32_OF_FP32_ONLY = [(fused.BACKWARD_SOURCES[k], TF32, SPECIFIC_ARCHS) for k in fused.FP32_ONLY]
+MUST_FAIL = [TF32_ON_SM75] + WGMMA_ON_SM90 + FP32_OF_TF32_ONLY + TF32_OF_FP32_ONLY
 
 # fp32 flash_forward / flash_backward need more shared memory than a T4's 64 KB opt-in
 # maximum (the library refuses to launch them there): test_fp32_flash_kernels_do_not_fit_sm75.
@@ -87,8 +88,9 @@ def test_the_builds_are_the_run_time_ones():
         elif source in ("flash_attention10", "flash_attention11"):
             expected += [(source, FP32, TF32_ARCHS), (source, TF32, TF32_ARCHS)]
         elif source in kernels.ARCH_SPECIFIC:
-            fused_backward = source in fused.BACKWARD_SOURCES.values()
-            expected.append((source, TF32 if fused_backward else (), ("sm_90a",)))
+            version = {s: k for k, s in fused.BACKWARD_SOURCES.items()}.get(source)
+            expected.append((source, () if version is None else FP32 if version in fused.FP32_ONLY
+                             else TF32, ("sm_90a",)))
         elif source in ("softmax_backward6", "softmax_backward7", "softmax_backward8"):
             expected += [(source, (("BLOCK_SIZE", bs),), ARCHS) for bs in BLOCK_SIZES]
         else:
@@ -101,14 +103,16 @@ def test_the_builds_are_the_run_time_ones():
     assert [d for s, d, _ in BUILDS if s == "flash_attention12"] == [TF32]
 
 
-def test_every_wgmma_kernel_is_built_for_sm90a_in_tf32_only():
+def test_every_wgmma_kernel_is_built_for_sm90a_in_one_precision():
     """The fused backward kernels on wgmma (fused.WGMMA_KERNELS) are compiled for the
-    architecture-specific target (kernels.ARCH_SPECIFIC) and have no fp32 variant; their
-    limits are sm_90's."""
+    architecture-specific target (kernels.ARCH_SPECIFIC) in one precision: TF32 (12-17) or
+    fp32-accurate 3xTF32 (18); their limits are sm_90's."""
     assert fused.WGMMA_KERNELS and "wgmma_check" in kernels.ARCH_SPECIFIC
     for k in fused.WGMMA_KERNELS:
         assert fused.BACKWARD_SOURCES[k] in kernels.ARCH_SPECIFIC, k
-        assert k in fused.TF32_ONLY, k
+        assert (k in fused.TF32_ONLY) != (k in fused.FP32_ONLY), k
+        assert [d for s, d, _ in BUILDS if s == fused.BACKWARD_SOURCES[k]] == \
+            [FP32 if k in fused.FP32_ONLY else TF32], k
     assert SPECIFIC_ARCHS == ("sm_90a",) and hardware("sm_90a") == "sm_90"
     assert [hardware(a) for a in ARCHS] == list(ARCHS)
 
@@ -130,8 +134,12 @@ def test_launch_geometry():
     assert launches("flash_attention12", TF32, "flash_backward") == \
         [(fused.BACKWARD_THREADS[12], 197_120)] == [(256, 197_120)]
     for k in fused.WGMMA_KERNELS:
-        assert launches(fused.BACKWARD_SOURCES[k], TF32, "flash_backward") == \
-            [(fused.BACKWARD_THREADS[k], fused.shared_memory_bytes("flash_backward", True, k))]
+        tf32 = k in fused.TF32_ONLY
+        assert launches(fused.BACKWARD_SOURCES[k], TF32 if tf32 else FP32, "flash_backward") == \
+            [(fused.BACKWARD_THREADS[k], fused.shared_memory_bytes("flash_backward", tf32, k))]
+    # kernel 18 (3xTF32): one warpgroup, the same 229,912 B as kernels 15-17
+    assert launches("flash_attention18", FP32, "flash_backward") == [(128, 229_912)]
+    assert launches("flash_attention18", FP32, "flash_backward_prep") == [(128, 0)]
     for name in ("wgmma_check", "wgmma_rate"):        # one warpgroup
         assert launches("wgmma_check", (), name) == [(128, 0)]
 
@@ -216,7 +224,15 @@ def test_wgmma_sources_need_sm90a(reports, build):
 @pytest.mark.parametrize("build", FP32_OF_TF32_ONLY, ids=[s for s, _, _ in FP32_OF_TF32_ONLY])
 def test_tf32_only_kernels_refuse_fp32(reports, build):
     with pytest.raises(KernelCompileError, match=r"#error .*TF32 only: for fp32 accuracy use "
-                                                 r"kernel 11 \(3xTF32\)"):
+                                                 r"kernel 18 or 11 \(3xTF32\)"):
+        report_of(reports, *build)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("build", TF32_OF_FP32_ONLY, ids=[s for s, _, _ in TF32_OF_FP32_ONLY])
+def test_fp32_only_kernels_refuse_tf32(reports, build):
+    with pytest.raises(KernelCompileError, match=r"#error .*fp32-accurate \(3xTF32\) only: for "
+                                                 r"TF32 use kernel 17"):
         report_of(reports, *build)
 
 

@@ -81,7 +81,7 @@ REFUSALS = [   # (id, arguments, the whole message after "attnlab: ")
      "32. The materialized pipeline (attnlab.attention, kernels 1-8) takes any head size but "
      "keeps four B*NH*T*T float buffers: at B=4 T=1024 C=96 NH=3 it needs 0.21 GiB of GPU memory"),
     *[(f"cli-tf32-only-{k}", ["backward", str(k)], f"backward {k} runs in TF32 only: add --tf32 "
-       f"(python -m attnlab backward {k} --tf32); for fp32 accuracy use backward 11 (3xTF32)")
+       f"(python -m attnlab backward {k} --tf32); for fp32 accuracy use backward 18 or 11 (3xTF32)")
       for k in TF32_ONLY],
     ("cli-report-kernels", ["report", "--ncu-only", "--kernels", "8,9"],
      "--kernels must be a comma-separated subset of 1,2,3,4,5,6,7,8, got '9' in '8,9'"),

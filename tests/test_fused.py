@@ -30,13 +30,13 @@ from attnlab.validate import compare
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
 PRECISIONS = [False, True]
-# (fused backward kernel, tf32) of every method the GPU tests run (TF32_ONLY: no fp32)
-METHODS = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in PRECISIONS
-           if tf32 or k not in fused.TF32_ONLY]
+# (fused backward kernel, tf32) of every method the GPU tests run (TF32_ONLY: no fp32;
+# FP32_ONLY: no TF32)
+METHODS = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in fused.precisions(k)]
 METHOD_IDS = [f"k{k}-{'tf32' if tf32 else 'fp32'}" for k, tf32 in METHODS]
 LAST = fused.FUSED_KERNELS[-1]
 TF32_ONLY_MESSAGE = ("tf32=False: fused backward kernel {} runs in TF32 only (tf32=True, --tf32); "
-                     "for fp32 accuracy use kernel 11 (3xTF32)")
+                     "for fp32 accuracy use kernel 18 or 11 (3xTF32)")
 WGMMA_MESSAGE = ("fused backward kernel {} runs on Hopper's warpgroup MMA (wgmma), which only "
                  "compute capability 9.0 has (sm_90a); this GPU is {}: use kernel 11, or kernel 9")
 
@@ -161,7 +161,7 @@ def test_tf32_only_kernels_refuse_fp32_before_the_gpu(gpu_forbidden, capsys, ker
         with pytest.raises(InputError, match=re.escape(message)):
             call()
     cli_message = (f"backward {kernel} runs in TF32 only: add --tf32 (python -m attnlab backward "
-                   f"{kernel} --tf32); for fp32 accuracy use backward 11 (3xTF32)")
+                   f"{kernel} --tf32); for fp32 accuracy use backward 18 or 11 (3xTF32)")
     args = argparse.Namespace(command="backward", kernel=kernel, B=1, T=64, C=128, NH=2, seed=0,
                               warmup=2, repeats=3, tf32=False, block_sizes=None)
     with pytest.raises(InputError, match=re.escape(cli_message)):
@@ -269,7 +269,7 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     B, T, C, NH = 4, 16384, 768, 12
     for kernel in fused.FUSED_KERNELS:
         own = fused.kernel_buffer_shapes(B, T, C, NH, kernel)
-        assert set(own) == ({"tiles", "dq_tiles"} if kernel in fused.DQ_TILED else
+        assert set(own) == ({fused.tiles_name(kernel), "dq_tiles"} if kernel in fused.DQ_TILED else
                             {"tiles"} if kernel in fused.TILED else {"do", "dqkvr"}), kernel
         assert not set(own) & set(fused.fused_buffer_shapes(B, T, C, NH))
         assert fused.extra_bytes_needed(B, T, C, NH, kernel) == sum(4 * int(np.prod(s)) for s in own.values())
@@ -289,8 +289,16 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     assert fused.extra_bytes_needed(B, T, C, NH, 15) - fused.extra_bytes_needed(B, T, C, NH, 14) == 192 * 2**20
     assert fused.kernel_buffer_shapes(B, T, C, NH, 16) == fused.kernel_buffer_shapes(B, T, C, NH, 15)
     assert fused.kernel_buffer_shapes(B, T, C, NH, 17) == fused.kernel_buffer_shapes(B, T, C, NH, 15)
-    with pytest.raises(InputError, match="got 18"):
-        fused.kernel_buffer_shapes(B, T, C, NH, 18)
+    # kernel 18 (3xTF32): each of the four layouts as a high and a low part, twice kernel 17's
+    # tiles (1.5 GiB at T=16k), and the same dq_tiles
+    # under another name, so that buffers which ran kernel 17 first do not hand it theirs
+    k18 = fused.kernel_buffer_shapes(B, T, C, NH, 18)
+    assert set(k18) == {"split_tiles", "dq_tiles"}
+    assert k18["split_tiles"] == (B * NH, T // 64, 8 * 64 * 64) and k18["dq_tiles"] == (B * NH, T // 64, 64 * 64)
+    assert 4 * np.prod(k18["split_tiles"]) == 1.5 * 2**30
+    assert fused.extra_bytes_needed(B, T, C, NH, 18) - fused.extra_bytes_needed(B, T, C, NH, 17) == 0.75 * 2**30
+    with pytest.raises(InputError, match="got 19"):
+        fused.kernel_buffer_shapes(B, T, C, NH, 19)
 
 
 def test_memory_is_checked_before_allocating(monkeypatch):
@@ -468,6 +476,23 @@ def test_a_kernel_allocates_only_the_buffers_it_uses(small):
 
 
 @pytest.mark.gpu
+def test_every_kernel_on_one_set_of_buffers(small):
+    """Each backward kernel in turn on the same FusedBuffers, as the benchmarks run them: each
+    gets its own buffers (kernel 18's query tiles are twice kernel 17's, under another name:
+    with one name it was handed kernel 17's and wrote past them) and validates."""
+    skip_unless_supported(False, 18)
+    with fused.FusedBuffers(small.B, small.T, small.C, small.NH) as buf:
+        buf.set("inp", small.inp)
+        buf.set("dout", small.dout)
+        for kernel, tf32 in METHODS:
+            fused.fused_forward(buf, tf32)
+            fused.fused_backward(buf, tf32, kernel)
+            tol = fused.FUSED_TOLERANCES[precision(tf32)]["dinp"]
+            assert compare(buf.get("dinp"), small.dinp, "dinp", tol).ok, (kernel, tf32)
+        assert buf.arrays["split_tiles"].size == 2 * buf.arrays["tiles"].size
+
+
+@pytest.mark.gpu
 def test_numpy_helpers(small):
     out = fused.gpu_fused_forward(small.inp, small.NH)
     dinp = fused.gpu_fused_backward(small.dout, small.inp, small.NH)
@@ -562,10 +587,11 @@ def test_wgmma_kernels_are_refused_off_hopper_before_allocating(monkeypatch, cap
     inp, dout = make_inputs(2, 260, 192, 3)
     for kernel in fused.WGMMA_KERNELS:
         why = WGMMA_MESSAGE.format(kernel, "sm_80")
+        tf32 = fused.precisions(kernel)[-1]
         with pytest.raises(UnsupportedGPUError, match=re.escape(why)):
-            fused.gpu_fused_backward(dout, inp, 3, tf32=True, kernel=kernel)
-        assert cli.main(["backward", str(kernel), "--tf32", "--B", "2", "--T", "260", "--C", "192",
-                         "--NH", "3"]) == 2
+            fused.gpu_fused_backward(dout, inp, 3, tf32=tf32, kernel=kernel)
+        assert cli.main(["backward", str(kernel)] + ["--tf32"] * tf32 + ["--B", "2", "--T", "260",
+                        "--C", "192", "--NH", "3"]) == 2
         assert capsys.readouterr().err == f"attnlab: {why}\n"
     with pytest.raises(AssertionError, match="allocated"):     # kernel 11 gets as far as allocating
         fused.gpu_fused_backward(dout, inp, 3, tf32=True, kernel=11)
@@ -600,7 +626,7 @@ def test_sanitize_steps_run_tf32_only_kernels_in_tf32_only(monkeypatch, capsys):
         pretend_gpu(monkeypatch, cc, optin)
         sources = fused.sanitize_steps(1, 64, 128, 2)
         expected = [(k, tf32) for k in fused.FUSED_KERNELS for tf32 in (False, True)
-                    if (tf32 or k not in fused.TF32_ONLY)
+                    if (tf32 or k not in fused.TF32_ONLY) and not (tf32 and k in fused.FP32_ONLY)
                     and (cc == (9, 0) or k not in fused.WGMMA_KERNELS)]
         assert ran == expected
         assert sources == sorted({"flash_attention", "permute"}

@@ -13,6 +13,7 @@ RUNS_ON = {   # (kernel, tf32): architectures
     (9, True): ("sm_80", "sm_86", "sm_89", "sm_90"),      # TF32 tensor cores: sm_80 and newer
     **{(k, tf32): ("sm_80", "sm_90") for k in (10, 11) for tf32 in (False, True)},   # > 99 KB
     **{(k, True): ("sm_90",) for k in (12, 13, 14, 15, 16, 17)},   # wgmma, TF32 only
+    (18, False): ("sm_90",),                                       # wgmma, 3xTF32 only
 }
 
 
@@ -30,6 +31,7 @@ def test_runs_on(kernel, tf32):
 def test_every_kernel_has_its_precisions_and_a_phrase():
     assert {k: support.precisions(k) for k in fused.TF32_ONLY} == {12: (True,), 13: (True,), 14: (True,), 15: (True,), 16: (True,), 17: (True,)}
     assert all(support.precisions(k) == (False, True) for k in KERNELS + (9, 10, 11))
+    assert support.precisions(18) == (False,) and fused.FP32_ONLY == (18,)
     assert set(fused.ABOUT) == set(fused.FUSED_KERNELS)
 
 
@@ -40,16 +42,17 @@ def test_the_readme_table_groups_kernels_that_run_alike():
     assert rows[2:] == ["| 1–8 | yes | yes | yes | yes | yes |",
                         "| 9 | — | yes | yes | yes | yes |",
                         "| 10, 11 | — | yes | — | — | yes |",
-                        "| 12–17 | — | — | — | — | yes, with --tf32 |"]
+                        "| 12–17 | — | — | — | — | yes, with --tf32 |",
+                        "| 18 | — | — | — | — | yes, without --tf32 |"]
 
 
 def test_help_says_why_a_kernel_is_not_bit_identical():
     """backward --help: atomics for kernels 11-14, the copy engine's bulk reductions for the
-    DQ_TILED ones (15-17), nothing for the deterministic ones."""
+    DQ_TILED ones (15-18), nothing for the deterministic ones."""
     text = " ".join(" ".join(support.kernel_lines(width=10_000)).split())
     for k in fused.FUSED_KERNELS:
         entry = text.split(f" {k} fused: ")[1].split(" runs on ")[0]
         why = ("bit-identical run to run;" if fused.DETERMINISTIC[k] else
                "(bulk reductions)" if k in fused.DQ_TILED else "(atomics)")
         assert why in entry and ("not" in entry) != fused.DETERMINISTIC[k], (k, entry)
-    assert fused.DQ_TILED == (15, 16, 17)
+    assert fused.DQ_TILED == (15, 16, 17, 18)
