@@ -108,6 +108,11 @@ KERNEL_HEADER_DECLARED = {
         "32 KiB": "derived: half a query tile, 2 x 64 x 64 floats of 4 bytes"},
     "flash_attention15.cu": {
         "256 bytes": "derived: one query's row of dQ, 64 floats of 4 bytes"},
+    "flash_attention18.cu": {
+        "128 KiB": "derived: one query tile in 8 layouts, 8 x 64 x 64 floats of 4 bytes",
+        "96 KiB": "derived: K, V and K^T, hi and lo, 6 x 64 x 64 floats of 4 bytes",
+        "32 KiB": "derived: Q hi and lo, 2 x 64 x 64 floats of 4 bytes",
+        "128 threads": "derived: one warpgroup, 4 warps of 32 threads"},
 }
 
 # README's numbers that are not in the results files: number -> why.

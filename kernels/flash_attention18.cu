@@ -12,10 +12,10 @@
 //   - the block splits K, V and K^T when it loads them, P^T and dS^T in registers (the A operands
 //     of dV and dK), and stores dS as hi and lo for dQ;
 //   - each of the five products is three runs of wgmma into one accumulator (lo terms first);
-//   - each tile's dV and dK go into accumulators of their own, added to dV and dK by FADD: the
-//     tensor cores truncate what they add to an accumulator, and adding every tile's products
-//     into one, as kernel 17 does, left dinp 3.5e-5 from the reference at the default shape
-//     (3.6e-6 this way, as kernels 10 and 11).
+//   - each tile's dV and dK go into accumulators of their own, added to dV and dK by FADD:
+//     adding every tile's products into one accumulator, as kernel 17 does, left dinp 3.5e-5
+//     from the reference at the default shape (3.6e-6 this way, as kernels 10 and 11), likely
+//     because the tensor cores do not round to nearest what they add to an accumulator.
 // The operands take twice the shared memory, so a block owns 64 keys (one warpgroup, 128
 // threads) instead of 128: K, V, K^T (hi and lo) 96 KiB, a query tile 128 KiB; dS (hi and lo)
 // goes into Q's 32 KiB once S^T has read them, and dQ into Q^T's once dK has. With 255
@@ -330,8 +330,8 @@ flash_backward(float* __restrict__ dinp, float* __restrict__ dq_tiles, const flo
         phases ^= 4u;
 
         // the tile's P^T dO, dQ = dS K (64 queries x 64 dims over the 64 keys) and dS^T Q, each
-        // into an accumulator of its own: the tensor cores truncate what they add to an
-        // accumulator, so the tile's sums are added to dV and dK by FADD, rounded to nearest.
+        // into an accumulator of its own, added to dV and dK by FADD, rounded to nearest (one
+        // accumulator for every tile, as kernel 17 has, lost accuracy: see the header).
         // dS^T's A operand is read back from dS in shared memory once dV is done: held in
         // registers through dV as well, it would not fit in the 255 a thread has.
         float tV[32], tK[32], dQ[32];

@@ -17,7 +17,7 @@ from attnlab.device import gpu_status
 
 NEEDS_FUSED = "attnlab-needs-fused"
 NEEDS_KERNEL_10 = "attnlab-needs-kernel-10"   # cells that run fused kernels 10 and 11 (notebook 13)
-NEEDS_WGMMA = "attnlab-needs-wgmma"           # cells that run fused kernels 12-16 (notebooks 13-16)
+NEEDS_WGMMA = "attnlab-needs-wgmma"           # cells that run fused kernels 12-18 (notebooks 13-18)
 H200_CLAIMS = "attnlab-h200-claims"   # cells that check the prose against the H200's numbers
 
 

@@ -83,6 +83,8 @@ REFUSALS = [   # (id, arguments, the whole message after "attnlab: ")
     *[(f"cli-tf32-only-{k}", ["backward", str(k)], f"backward {k} runs in TF32 only: add --tf32 "
        f"(python -m attnlab backward {k} --tf32); for fp32 accuracy use backward 18 or 11 (3xTF32)")
       for k in TF32_ONLY],
+    ("cli-fp32-only-18", ["backward", "18", "--tf32"], "backward 18 is fp32-accurate only (3xTF32): "
+     "drop --tf32 (python -m attnlab backward 18); for TF32 use backward 17 --tf32"),
     ("cli-report-kernels", ["report", "--ncu-only", "--kernels", "8,9"],
      "--kernels must be a comma-separated subset of 1,2,3,4,5,6,7,8, got '9' in '8,9'"),
 ]
@@ -184,6 +186,7 @@ def test_backward_help_lists_every_kernel(capsys):
                for _, text in entries)
     for k in TF32_ONLY:
         assert "TF32 only (give --tf32)" in dict(entries)[str(k)]
+    assert "fp32-accurate 3xTF32 only (no --tf32)" in dict(entries)["18"]
 
 
 # ------------------------------------------------------------ on a GPU

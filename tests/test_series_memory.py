@@ -48,8 +48,8 @@ kernels._module.cache_clear()
 """ + PROBE
 
 
-def test_there_are_18_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(18)]
+def test_there_are_19_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(19)]
 
 
 @pytest.mark.gpu
