@@ -407,7 +407,7 @@ def check_text(text, evidence, declarations, document, place, result, line_offse
                                        f"nor in a cited results file, nor declared"))
 
 
-_CITED = re.compile(r"results/h200/[A-Za-z0-9_.-]+?\.(?:json|txt)\b")
+_CITED = re.compile(r"results/h200/(?:experiments/)?[A-Za-z0-9_.-]+?\.(?:json|txt)\b")
 
 
 def results_numbers(path):

@@ -215,6 +215,14 @@ def test_cited_results_files_back_numbers(tmp_path):
         "cites a results file that does not exist"]
 
 
+def test_results_files_of_experiments_can_be_cited():
+    """results/h200/experiments/*.json back numbers too (notebook 18 cites k18_clock.json)."""
+    text = "Alone, it took 52.62 ms at a median 1825 MHz."
+    assert prose.check_notebook(_notebook(text, "0\n"), "nb").findings
+    cited = _notebook(text + " (`results/h200/experiments/k18_clock.json`)", "0\n")
+    assert not prose.check_notebook(cited, "nb").findings
+
+
 def test_printed_kernel_headers_are_prose(tmp_path):
     (tmp_path / "softmax_backward3.cu").write_text(
         "// softmax_backward3.cu: a test kernel whose header makes claims.\n"
