@@ -217,6 +217,16 @@ def check_precision(tf32, version):
     return check_tf32(tf32)
 
 
+def prep_of(version):
+    """(source, threads per block) of TILED kernel ``version``'s flash_backward_prep: kernel 13's,
+    or the SPLIT_TILES kernel's own, with as many threads as its flash_backward."""
+    if check_fused_kernel(version) not in TILED:
+        raise InputError(f"kernel must be a TILED kernel {TILED}, got {version!r}")
+    if version in SPLIT_TILES:
+        return BACKWARD_SOURCES[version], BACKWARD_THREADS[version]
+    return PREP_SOURCE, PREP_THREADS
+
+
 def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
     """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
@@ -232,8 +242,7 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
     if version in TILED:   # one block per 64-query tile
-        threads = BACKWARD_THREADS[version] if version in SPLIT_TILES else PREP_THREADS
-        launch["flash_backward_prep"] = ((BH, nt, 1), (threads, 1, 1), 0)
+        launch["flash_backward_prep"] = ((BH, nt, 1), (prep_of(version)[1], 1, 1), 0)
     if version in DQ_TILED:
         launch["flash_backward_dq"] = ((BH, nt, 1), (BACKWARD_THREADS[version], 1, 1), 0)
     return launch
@@ -424,9 +433,11 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
         fn.prepare(ARG_FORMATS[name])
         return fn
     check_supported(tf32, version)
-    source = {"flash_backward": BACKWARD_SOURCES[version], "flash_backward_dq": BACKWARD_SOURCES[version],
-              "flash_backward_prep": BACKWARD_SOURCES[version] if version in SPLIT_TILES else PREP_SOURCE
-              }.get(name, SOURCE)
+    if name == "flash_backward_prep":
+        source = prep_of(version)[0]
+    else:
+        source = {"flash_backward": BACKWARD_SOURCES[version],
+                  "flash_backward_dq": BACKWARD_SOURCES[version]}.get(name, SOURCE)
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
     fn.prepare(backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name])
     if name in ("flash_forward", "flash_backward"):

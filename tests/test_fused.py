@@ -283,6 +283,21 @@ def test_memory_grows_like_T_not_T_squared():
     assert set(fused.fused_buffer_shapes(1, 8, 128, 2, backward=False)) == set(fused.FORWARD_ONLY)
 
 
+def test_each_tiled_kernel_names_its_prep_kernel_once():
+    """prep_of is where a TILED kernel's flash_backward_prep comes from: kernel 13's (256
+    threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
+    the launch uses the same threads. Other kernels have none."""
+    assert {k: fused.prep_of(k) for k in fused.TILED} == {
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17)}, 18: ("flash_attention18", 128)}
+    for k in fused.TILED:
+        launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k)
+        assert launch["flash_backward_prep"][1] == (fused.prep_of(k)[1], 1, 1)
+    for k in (9, 10, 11, 12):
+        with pytest.raises(InputError, match=f"TILED kernel .* got {k}"):
+            fused.prep_of(k)
+        assert "flash_backward_prep" not in fused.fused_launch(4, 1024, 12, True, k)
+
+
 def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     """#23: kernel 13 reads neither do nor dqkvr; kernels 9-12 read no query tiles. Each
     kernel's buffers come on top of the shared ones, whose names they do not repeat."""
