@@ -29,9 +29,9 @@ from knockouts import arguments, compiled, measure_tiled, sass_counts
 
 NO_CP_ASYNC = ("        cp_async16(s + f, g + f);\n", "")
 NO_BULK = ('''    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(smem_addr(bar)), "n"(HALF_TILE_BYTES) : "memory");
+                 :: "r"(smem_addr(bar)), "n"(BYTES) : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(s)), "l"(g), "n"(HALF_TILE_BYTES), "r"(smem_addr(bar)) : "memory");
+                 :: "r"(smem_addr(s)), "l"(g), "n"(BYTES), "r"(smem_addr(bar)) : "memory");
 ''', '    asm volatile("" ::: "memory");\n')
 NO_WAIT = ('''    asm volatile("{\\n.reg .pred done;\\nwait:\\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\\n"

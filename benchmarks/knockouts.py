@@ -1,5 +1,5 @@
 """What the knock-out benchmarks (fused_k12_costs.py, fused_copies.py, fused_dq.py) share: a fused
-backward kernel's source with flash_wgmma.cuh inlined (so that it can be changed too) and texts
+backward kernel's source with its headers inlined (so that they can be changed too) and texts
 replaced, that variant's flash_backward compiled for sm_90a and prepared to launch like the
 kernel, the timing of TILED variants' flash_backward alone, and the SASS opcodes of a kernel.
 The files in kernels/ are untouched; the variants compute wrong results on purpose."""
@@ -33,15 +33,19 @@ def arguments(doc, argv=None, T="1024,4096,16384"):
     Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
     return Ts, check_int("--repeats", args.repeats), args.json
 
-HEADER = "flash_wgmma.cuh"
+HEADERS = ("copy_engine.cuh", "flash_wgmma.cuh")   # inlined in this order (the first includes the second)
 
 
 def variant_source(kernel, replacements):
-    """kernels/flash_attention<kernel>.cu with flash_wgmma.cuh inlined and each (old, new)
-    replaced; each old text must occur exactly once (else the kernel changed under the
-    benchmark, and the knock-out would silently measure nothing)."""
-    header = (kernels.KERNEL_DIR / HEADER).read_text().replace("#pragma once", "")
-    src = kernels.kernel_source(f"flash_attention{kernel}").replace(f'#include "{HEADER}"', header)
+    """kernels/flash_attention<kernel>.cu with HEADERS inlined (where it includes them) and each
+    (old, new) replaced; each old text must occur exactly once (else the kernel changed under
+    the benchmark, and the knock-out would silently measure nothing)."""
+    src = kernels.kernel_source(f"flash_attention{kernel}")
+    for name in HEADERS:
+        text = (kernels.KERNEL_DIR / name).read_text().replace("#pragma once", "")
+        for other in HEADERS:
+            text = text.replace(f'#include "{other}"\n', "")
+        src = src.replace(f'#include "{name}"', text)
     for old, new in replacements:
         if src.count(old) != 1:
             raise AssertionError(f"{old!r} occurs {src.count(old)} times in kernel {kernel}'s source")

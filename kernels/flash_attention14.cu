@@ -20,28 +20,7 @@
 // Launch geometry (attnlab/fused.py): as kernel 13, dynamic shared memory 229,912 bytes
 // (kernel 13's 197,120, a second stage of Q and dO, three mbarriers).
 #include "flash_wgmma.cuh"
-
-#define HALF_TILE_BYTES (2 * OTHER * HS * 4)   // Q and dO, or Q^T and dO^T
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(bar)) : "memory");
-}
-// Copy HALF_TILE_BYTES from global g to shared s; bar's phase completes when they have landed.
-__device__ __forceinline__ void copy_half_bulk(float* s, const float* g, uint64_t* bar) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(smem_addr(bar)), "n"(HALF_TILE_BYTES) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(s)), "l"(g), "n"(HALF_TILE_BYTES), "r"(smem_addr(bar)) : "memory");
-}
-// Wait until bar completes the phase whose parity is `phase`.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-    asm volatile("{\n.reg .pred done;\nwait:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait;\n}" :: "r"(smem_addr(bar)), "r"(phase) : "memory");
-}
+#include "copy_engine.cuh"
 
 // One block: key tile J (128 keys, k0 = 128 J) of one (b, h) over query tiles i of 64 (q0 = 64 i
 // >= k0). blockIdx.x = b*NH + h, blockIdx.y = J (the longest first).
@@ -75,7 +54,7 @@ flash_backward(float* __restrict__ dinp, const float* __restrict__ tiles, const 
     const int i0 = k0 / OTHER;                      // the first query tile; tile i is in stage (i - i0) % 2
 
     if (threadIdx.x == 0) {
-        for (int b = 0; b < 3; ++b) mbar_init(bars + b);
+        for (int b = 0; b < 3; ++b) mbar_init(bars + b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");   // before the copy engine uses them
         copy_half_bulk(sQdO, tiles + (size_t)i0 * TILE_FLOATS, bars);
     }

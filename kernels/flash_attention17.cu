@@ -14,51 +14,16 @@
 //
 // Launch geometry (attnlab/fused.py): as kernel 16.
 #include "flash_wgmma.cuh"
+#include "copy_engine.cuh"
 
-#define HALF_TILE_BYTES (2 * OTHER * HS * 4)   // Q and dO, or Q^T and dO^T
+// dQ tiles (store_dq, copy_engine.cuh): thread f's float4 j holds queries 16 warp + g and + 8, dims
+// 32 wg + 8j + 2t, 2t+1 of its tile (wgmma's accumulator layout at N = 32).
 
 // x rounded to TF32, to nearest with ties to even: one instruction on sm_90 (round_tf32: three).
 __device__ __forceinline__ float round_tf32_rn(float x) {
     uint32_t r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return __uint_as_float(r);
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-// Copy HALF_TILE_BYTES from global g to shared s; bar's phase completes when they have landed.
-__device__ __forceinline__ void copy_half_bulk(float* s, const float* g, uint64_t* bar) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(smem_addr(bar)), "n"(HALF_TILE_BYTES) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(s)), "l"(g), "n"(HALF_TILE_BYTES), "r"(smem_addr(bar)) : "memory");
-}
-// The dQ of one query tile (64 x 64 floats, DQ_TILE_FLOATS) as the threads hold it: thread f's
-// float4 j (at 4 (f + 256 j)) is its dQ[4j .. 4j+3], queries 16 warp + g and + 8, dims 32 wg +
-// 8j + 2t, 2t+1 (wgmma's accumulator layout at N = 32). A warp stores 512 contiguous bytes, with no
-// bank conflicts; flash_backward_dq puts the elements back in rows.
-#define DQ_TILE_FLOATS (OTHER * HS)
-__device__ __forceinline__ void store_dq(float* sdQ, const float (&dQ)[16], float scale) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-        *reinterpret_cast<float4*>(sdQ + 4 * (threadIdx.x + NUM_THREADS * j)) =
-            make_float4(scale * dQ[4 * j], scale * dQ[4 * j + 1], scale * dQ[4 * j + 2], scale * dQ[4 * j + 3]);
-}
-// Add the tile's dQ (16 KiB in shared memory) into dq_tile (global) by the copy engine.
-__device__ __forceinline__ void reduce_dq(float* dq_tile, const float* sdQ) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                 :: "l"(dq_tile), "r"(smem_addr(sdQ)), "n"(DQ_TILE_FLOATS * 4) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// Wait until bar completes the phase whose parity is `phase`.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-    asm volatile("{\n.reg .pred done;\nwait:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait;\n}" :: "r"(smem_addr(bar)), "r"(phase) : "memory");
 }
 
 // One block: key tile J (128 keys, k0 = 128 J) of one (b, h) over query tiles i of 64 (q0 = 64 i

@@ -39,6 +39,10 @@
 #define OWN 64                                   // keys a block owns: one warpgroup
 #define NUM_THREADS 128
 #include "flash_wgmma.cuh"
+#include "copy_engine.cuh"
+
+// dQ tiles (store_dq, copy_engine.cuh): thread f's float4 j holds queries 16 warp + g and + 8, dims
+// 8j + 2t, 2t+1 of its tile (wgmma's accumulator layout at N = 64).
 
 #define LAYOUT (OTHER * HS)                      // floats of one 64 x 64 layout (16 KiB)
 #define SPLIT_TILE_FLOATS (8 * LAYOUT)           // Q, Q lo, dO, dO lo, Q^T, Q^T lo, dO^T, dO^T lo
@@ -112,41 +116,6 @@ flash_backward_prep(float* __restrict__ tiles, float* __restrict__ D, const floa
     }
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-// Copy BYTES from global g to shared s; bar's phase completes when they have landed.
-template <int BYTES>
-__device__ __forceinline__ void copy_bulk(float* s, const float* g, uint64_t* bar) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(smem_addr(bar)), "n"(BYTES) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(s)), "l"(g), "n"(BYTES), "r"(smem_addr(bar)) : "memory");
-}
-// Wait until bar completes the phase whose parity is `phase`.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
-    asm volatile("{\n.reg .pred done;\nwait:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait;\n}" :: "r"(smem_addr(bar)), "r"(phase) : "memory");
-}
-// The dQ of one query tile (64 x 64 floats) as the threads hold it: thread f's float4 j (at
-// 4 (f + 128 j)) is its dQ[4j .. 4j+3], queries 16 warp + g and + 8, dims 8j + 2t, 2t+1.
-#define DQ_TILE_FLOATS (OTHER * HS)
-__device__ __forceinline__ void store_dq(float* sdQ, const float (&dQ)[32], float scale) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float4*>(sdQ + 4 * (threadIdx.x + NUM_THREADS * j)) =
-            make_float4(scale * dQ[4 * j], scale * dQ[4 * j + 1], scale * dQ[4 * j + 2], scale * dQ[4 * j + 3]);
-}
-// Add the tile's dQ (16 KiB in shared memory) into dq_tile (global) by the copy engine.
-__device__ __forceinline__ void reduce_dq(float* dq_tile, const float* sdQ) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                 :: "l"(dq_tile), "r"(smem_addr(sdQ)), "n"(DQ_TILE_FLOATS * 4) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
 // Registers a wgmma reads as its A operand stay untouched until the wait that follows this.
 template <int N>
 __device__ __forceinline__ void wg_keep(const uint32_t (&a)[N]) {
