@@ -24,6 +24,7 @@ every call is idempotent: nothing needs clearing between calls.
 """
 import functools
 import sys
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,51 +38,77 @@ from .launch import ceil_div, elementwise_launch
 SOURCE = "flash_attention"           # kernels/flash_attention.cu
 HEAD_SIZES = (64,)                   # what the kernels are written for (-DHEAD_SIZE)
 FUSED_KERNEL = 9                     # its number next to the softmax-backward kernels 1-8
-# The fused backward kernels, by number: kernel 9 is flash_attention.cu's flash_backward; each
-# later one is its own file with the same flash_backward signature (the forward and the
-# preprocess kernel stay kernel 9's). OWN_ROWS: the rows (queries or keys) a block owns.
-# DETERMINISTIC: bit-identical results run after run (kernels 11-17 add dQ in no fixed order).
-# BACKWARD_THREADS: threads per backward block. Kernel 12 runs on Hopper's wgmma (sm_90 only,
-# built for sm_90a: kernels.ARCH_SPECIFIC) and in TF32 only (TF32_ONLY).
-# TILED: kernels that read Q and dO as ready-made tiles (the "tiles" buffer), which their
-# source's flash_backward_prep writes first (with D, from dout as it lies); their flash_backward
-# writes dinp directly, so they need neither do nor dqkvr (kernel_buffer_shapes).
-BACKWARD_SOURCES = {9: SOURCE, 10: "flash_attention10", 11: "flash_attention11",
-                    12: "flash_attention12", 13: "flash_attention13", 14: "flash_attention14",
-                    15: "flash_attention15", 16: "flash_attention16",
-                    17: "flash_attention17", 18: "flash_attention18"}
-FUSED_KERNELS = tuple(BACKWARD_SOURCES)
-OWN_ROWS = {9: 64, 10: 128, 11: 128, 12: 128, 13: 128, 14: 128, 15: 128, 16: 128, 17: 128, 18: 64}
-DETERMINISTIC = {9: True, 10: True, 11: False, 12: False, 13: False, 14: False, 15: False, 16: False,
-                 17: False, 18: False}
-BACKWARD_THREADS = {9: 128, 10: 128, 11: 128, 12: 256, 13: 256, 14: 256, 15: 256, 16: 256, 17: 256,
-                    18: 128}
-WGMMA_KERNELS = (12, 13, 14, 15, 16, 17, 18)
-TF32_ONLY = (12, 13, 14, 15, 16, 17)
-FP32_ONLY = (18,)                    # 3xTF32 on wgmma: fp32-accurate only (tf32=False)
-TILED = (13, 14, 15, 16, 17, 18)
-# DQ_TILED: TILED kernels that add dQ by bulk reductions into their own buffer, dq_tiles (one 64 x
-# 64 tile per (b, h) and query tile, in the order the threads hold it), which their source's
-# flash_backward_dq then writes into dinp.
-DQ_TILED = (15, 16, 17, 18)
-# MBARRIERS: kernels whose query tiles arrive by the copy engine, in two stages of Q and dO, and
-# the mbarriers each keeps in shared memory (Q/dO stage 0 and 1, Q^T/dO^T; kernel 15: dQ read).
-MBARRIERS = {14: 3, 15: 4, 16: 3, 17: 3, 18: 3}
-PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the TILED kernels' flash_backward_prep
-# SPLIT_TILES: TILED kernels with their own flash_backward_prep (BACKWARD_THREADS threads), whose
-# query tiles hold each layout twice, as a TF32 high and low part (3xTF32): 8 layouts, not 4.
-SPLIT_TILES = (18,)
-# Each fused backward kernel in a phrase (python -m attnlab backward --help; attnlab.support)
-ABOUT = {9: "FlashAttention-2 style, 64 rows per block",
-         10: "128 rows per block, 32 per warp",
-         11: "kernel 10 with dQ added by atomics (5 tile products instead of 7)",
-         12: "on Hopper's warpgroup MMA (wgmma)",
-         13: "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly",
-         14: "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead",
-         15: "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics",
-         16: "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine",
-         17: "kernel 16 with P^T and dS^T rounded by cvt.rn (one instruction) instead of cvt.rna (three)",
-         18: "kernel 17's products in 3xTF32 (fp32-accurate) on wgmma, 64 keys per block"}
+TF32 = (True,)                       # the precisions a kernel runs in: TF32 only
+FP32 = (False,)                      # fp32-accurate only
+BOTH = (False, True)
+
+
+class Backward(NamedTuple):
+    """One fused backward kernel: what the launch, the buffers, the checks and the help read.
+
+    Kernel 9 is flash_attention.cu's flash_backward; each later one is its own file with the same
+    flash_backward signature (the forward and the preprocess kernel stay kernel 9's)."""
+    source: str               # kernels/<source>.cu
+    own_rows: int             # the rows (queries or keys) a block owns
+    threads: int              # threads per flash_backward block
+    about: str                # the kernel in a phrase (python -m attnlab backward --help; attnlab.support)
+    deterministic: bool = False   # bit-identical run after run (no atomics or bulk reductions)
+    precisions: tuple = BOTH  # its tf32 settings
+    wgmma: bool = False       # on Hopper's wgmma: sm_90 only, built for sm_90a (kernels.ARCH_SPECIFIC)
+    # reads Q and dO as ready-made query tiles (the "tiles" buffer), which a flash_backward_prep
+    # writes first (with D, from dout as it lies), and writes dinp directly: no do, no dqkvr
+    tiled: bool = False
+    # adds dQ by bulk reductions into its own buffer, dq_tiles (one 64 x 64 tile per (b, h) and
+    # query tile, in the order the threads hold it), which its flash_backward_dq writes into dinp
+    dq_tiled: bool = False
+    # the mbarriers it keeps in shared memory when the copy engine brings its query tiles, in two
+    # stages of Q and dO (Q/dO stage 0 and 1, Q^T/dO^T; kernel 15: dQ read); 0: no copy engine
+    mbarriers: int = 0
+    # brings its own flash_backward_prep (as many threads as its backward), whose query tiles
+    # hold each layout twice, as a TF32 high and low part (3xTF32): 8 layouts, not 4
+    split_tiles: bool = False
+
+
+_COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
+BACKWARDS = {
+    9: Backward(SOURCE, 64, 128, "FlashAttention-2 style, 64 rows per block", deterministic=True),
+    10: Backward("flash_attention10", 128, 128, "128 rows per block, 32 per warp", deterministic=True),
+    11: Backward("flash_attention11", 128, 128, "kernel 10 with dQ added by atomics (5 tile products instead of 7)"),
+    12: Backward("flash_attention12", 128, 256, "on Hopper's warpgroup MMA (wgmma)", precisions=TF32, wgmma=True),
+    13: Backward("flash_attention13", 128, 256,
+                 "kernel 12 reading Q and dO as ready-made tiles and writing dinp directly",
+                 precisions=TF32, wgmma=True, tiled=True),
+    14: Backward("flash_attention14", 128, 256,
+                 "kernel 13 with its query tiles copied by the copy engine (cp.async.bulk), a tile ahead",
+                 **_COPY_ENGINE),
+    15: Backward("flash_attention15", 128, 256,
+                 "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics",
+                 dq_tiled=True, **{**_COPY_ENGINE, "mbarriers": 4}),
+    16: Backward("flash_attention16", 128, 256,
+                 "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine",
+                 dq_tiled=True, **_COPY_ENGINE),
+    17: Backward("flash_attention17", 128, 256,
+                 "kernel 16 with P^T and dS^T rounded by cvt.rn (one instruction) instead of cvt.rna (three)",
+                 dq_tiled=True, **_COPY_ENGINE),
+    18: Backward("flash_attention18", 64, 128,
+                 "kernel 17's products in 3xTF32 (fp32-accurate) on wgmma, 64 keys per block",
+                 dq_tiled=True, split_tiles=True, **{**_COPY_ENGINE, "precisions": FP32}),
+}
+# The record's fields as tables, by kernel number (what the rest of attnlab reads).
+FUSED_KERNELS = tuple(BACKWARDS)
+BACKWARD_SOURCES = {k: b.source for k, b in BACKWARDS.items()}
+OWN_ROWS = {k: b.own_rows for k, b in BACKWARDS.items()}
+BACKWARD_THREADS = {k: b.threads for k, b in BACKWARDS.items()}
+ABOUT = {k: b.about for k, b in BACKWARDS.items()}
+DETERMINISTIC = {k: b.deterministic for k, b in BACKWARDS.items()}
+WGMMA_KERNELS = tuple(k for k, b in BACKWARDS.items() if b.wgmma)
+TF32_ONLY = tuple(k for k, b in BACKWARDS.items() if b.precisions == TF32)
+FP32_ONLY = tuple(k for k, b in BACKWARDS.items() if b.precisions == FP32)
+TILED = tuple(k for k, b in BACKWARDS.items() if b.tiled)
+DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
+MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
+SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
+PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the other TILED kernels' flash_backward_prep
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -202,8 +229,7 @@ def check_fused_kernel(version):
 def precisions(version):
     """The tf32 settings fused backward kernel ``version`` has: (False, True); (True,) if TF32
     only (TF32_ONLY); (False,) if fp32-accurate only (FP32_ONLY)."""
-    check_fused_kernel(version)
-    return (True,) if version in TF32_ONLY else (False,) if version in FP32_ONLY else (False, True)
+    return BACKWARDS[check_fused_kernel(version)].precisions
 
 
 def check_precision(tf32, version):

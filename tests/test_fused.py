@@ -283,6 +283,24 @@ def test_memory_grows_like_T_not_T_squared():
     assert set(fused.fused_buffer_shapes(1, 8, 128, 2, backward=False)) == set(fused.FORWARD_ONLY)
 
 
+def test_every_kernel_record_is_consistent():
+    """What a new record in fused.BACKWARDS must respect: the copy engine and dq_tiles come only
+    with ready-made tiles, tiles only on wgmma, a wgmma block is warpgroups of 64 keys each, and
+    the source exists and is built for sm_90a when it uses wgmma."""
+    for k, b in fused.BACKWARDS.items():
+        assert (kernels.KERNEL_DIR / f"{b.source}.cu").is_file(), k
+        assert b.precisions in (fused.TF32, fused.FP32, fused.BOTH), k
+        if b.dq_tiled or b.split_tiles or b.mbarriers:
+            assert b.tiled, k
+        if b.tiled:
+            assert b.wgmma and not b.deterministic, k
+        if b.wgmma:
+            assert b.source in kernels.ARCH_SPECIFIC and b.threads % 128 == 0, k
+            assert b.own_rows == 64 * (b.threads // 128), k
+        if b.split_tiles:
+            assert b.precisions == fused.FP32, k
+
+
 def test_each_tiled_kernel_names_its_prep_kernel_once():
     """prep_of is where a TILED kernel's flash_backward_prep comes from: kernel 13's (256
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
