@@ -61,8 +61,9 @@ class Backward(NamedTuple):
     # adds dQ by bulk reductions into its own buffer, dq_tiles (one 64 x 64 tile per (b, h) and
     # query tile, in the order the threads hold it), which its flash_backward_dq writes into dinp
     dq_tiled: bool = False
-    # the mbarriers it keeps in shared memory when the copy engine brings its query tiles, in two
-    # stages of Q and dO (Q/dO stage 0 and 1, Q^T/dO^T; kernel 15: dQ read); 0: no copy engine
+    # the mbarriers it keeps in shared memory when the copy engine brings its query tiles (kernels
+    # 14-17: Q/dO stage 0 and 1, Q^T/dO^T, and kernel 15's dQ read; kernel 18: Q, dO, Q^T/dO^T);
+    # 0: no copy engine
     mbarriers: int = 0
     # brings its own flash_backward_prep (as many threads as its backward), whose query tiles
     # hold each layout twice, as a TF32 high and low part (3xTF32): 8 layouts, not 4
@@ -108,7 +109,7 @@ TILED = tuple(k for k, b in BACKWARDS.items() if b.tiled)
 DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
 MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
-PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # the other TILED kernels' flash_backward_prep
+PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # flash_backward_prep of TILED kernels not in SPLIT_TILES
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
 # shared memory a tile row is padded to 72 floats.
@@ -247,7 +248,8 @@ def prep_of(version):
     """(source, threads per block) of TILED kernel ``version``'s flash_backward_prep: kernel 13's,
     or the SPLIT_TILES kernel's own, with as many threads as its flash_backward."""
     if check_fused_kernel(version) not in TILED:
-        raise InputError(f"kernel must be a TILED kernel {TILED}, got {version!r}")
+        raise InputError(f"fused backward kernel {version} has no flash_backward_prep: only the "
+                         f"TILED kernels {list(TILED)} read query tiles")
     if version in SPLIT_TILES:
         return BACKWARD_SOURCES[version], BACKWARD_THREADS[version]
     return PREP_SOURCE, PREP_THREADS

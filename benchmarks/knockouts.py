@@ -33,7 +33,9 @@ def arguments(doc, argv=None, T="1024,4096,16384"):
     Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
     return Ts, check_int("--repeats", args.repeats), args.json
 
-HEADERS = ("copy_engine.cuh", "flash_wgmma.cuh")   # inlined in this order (the first includes the second)
+# Inlined where the kernel includes them, without their includes of each other (so a kernel must
+# include flash_wgmma.cuh itself, as every wgmma kernel does).
+HEADERS = ("copy_engine.cuh", "flash_wgmma.cuh")
 
 
 def variant_source(kernel, replacements):

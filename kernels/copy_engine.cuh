@@ -1,7 +1,8 @@
 // copy_engine.cuh: what fused backward kernels 14-18 (flash_attention14.cu .. 18.cu) share to drive
 // Hopper's copy engine (sm_90): shared-memory addresses, mbarriers, bulk copies that complete on an
 // mbarrier, and (kernels 15-18) the dQ of a query tile staged in shared memory and added into global
-// memory by a bulk reduction. Include it after flash_wgmma.cuh (it uses OTHER, HS, NUM_THREADS).
+// memory by a bulk reduction. It includes flash_wgmma.cuh and uses its OTHER, HS and NUM_THREADS:
+// a kernel that changes OWN or NUM_THREADS defines them before the first include (kernel 18).
 #pragma once
 #include "flash_wgmma.cuh"
 

@@ -22,7 +22,7 @@
 #include "copy_engine.cuh"
 
 // dQ tiles (store_dq, copy_engine.cuh): thread f's float4 j holds queries 16 warp + g and + 8, dims
-// 32 wg + 8j + 2t, 2t+1 of its tile (wgmma's accumulator layout at N = 32).
+// 32 wg + 8j + 2t, 2t+1 of its tile (warp: within the warpgroup; wgmma's accumulator layout at N = 32).
 
 // One block: key tile J (128 keys, k0 = 128 J) of one (b, h) over query tiles i of 64 (q0 = 64 i
 // >= k0). blockIdx.x = b*NH + h, blockIdx.y = J (the longest first).

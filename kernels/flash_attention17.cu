@@ -17,7 +17,7 @@
 #include "copy_engine.cuh"
 
 // dQ tiles (store_dq, copy_engine.cuh): thread f's float4 j holds queries 16 warp + g and + 8, dims
-// 32 wg + 8j + 2t, 2t+1 of its tile (wgmma's accumulator layout at N = 32).
+// 32 wg + 8j + 2t, 2t+1 of its tile (warp: within the warpgroup; wgmma's accumulator layout at N = 32).
 
 // x rounded to TF32, to nearest with ties to even: one instruction on sm_90 (round_tf32: three).
 __device__ __forceinline__ float round_tf32_rn(float x) {

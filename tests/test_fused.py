@@ -301,17 +301,17 @@ def test_every_kernel_record_is_consistent():
             assert b.precisions == fused.FP32, k
 
 
-def test_each_tiled_kernel_names_its_prep_kernel_once():
+def test_each_tiled_kernel_has_its_prep_kernel():
     """prep_of is where a TILED kernel's flash_backward_prep comes from: kernel 13's (256
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
-    the launch uses the same threads. Other kernels have none."""
+    the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
         **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17)}, 18: ("flash_attention18", 128)}
-    for k in fused.TILED:
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k)
-        assert launch["flash_backward_prep"][1] == (fused.prep_of(k)[1], 1, 1)
+        assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
-        with pytest.raises(InputError, match=f"TILED kernel .* got {k}"):
+        with pytest.raises(InputError, match=f"kernel {k} has no flash_backward_prep: only the TILED"):
             fused.prep_of(k)
         assert "flash_backward_prep" not in fused.fused_launch(4, 1024, 12, True, k)
 
@@ -732,5 +732,9 @@ def test_a_kernel_is_looked_up_and_prepared_once(monkeypatch):
         assert first.fmt == fused.ARG_FORMATS["flash_backward_prep"]
         assert fused._function("flash_backward_dq", True, 15).fmt == fused.ARG_FORMATS["flash_backward_dq"]
         assert looked_up[-1] == ("flash_attention15", "flash_backward_dq")
+        fused._function("flash_backward_prep", False, 18)      # kernel 18 brings its own
+        assert looked_up[-1] == ("flash_attention18", "flash_backward_prep")
+        with pytest.raises(InputError, match="kernel 12 has no flash_backward_prep"):
+            fused._function("flash_backward_prep", True, 12)
     finally:
         fused._function.cache_clear()
