@@ -290,12 +290,12 @@ def fused_buffer_shapes(B, T, C, NH, backward=True):
 def kernel_buffer_shapes(B, T, C, NH, kernel):
     """The buffers backward kernel ``kernel`` uses on top of fused_buffer_shapes: the query
     tiles (TILED kernels) or the pipeline's do and dqkvr (the others)."""
-    if check_fused_kernel(kernel) in DQ_TILED:
-        return {tiles_name(kernel): query_tiles_shape(B, T, NH, kernel),
-                "dq_tiles": (B * NH, n_tiles(T), TILE * HEAD_SIZES[0])}
-    if kernel in TILED:
-        return {"tiles": query_tiles_shape(B, T, NH, kernel)}
-    return _shapes(PIPELINE_BUFFERS, B, T, C, NH)
+    if check_fused_kernel(kernel) not in TILED:
+        return _shapes(PIPELINE_BUFFERS, B, T, C, NH)
+    shapes = {tiles_name(kernel): query_tiles_shape(B, T, NH, kernel)}
+    if kernel in DQ_TILED:
+        shapes["dq_tiles"] = (B * NH, n_tiles(T), TILE * HEAD_SIZES[0])
+    return shapes
 
 
 def tiles_name(kernel):
