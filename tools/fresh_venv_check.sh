@@ -37,8 +37,11 @@ python3 -m venv "$work/plain" || exit 1
 "$work/plain/bin/python" -m attnlab backward 8 --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
 "$work/plain/bin/python" -m attnlab backward 9 --tf32 --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
 if "$work/plain/bin/python" -c "import sys; from attnlab import fused; sys.exit(bool(fused.gpu_unsupported_reason(True, 13)))"; then
-    # kernel 13 includes two headers (kernels/*.cuh): they must be in the wheel too (sm_90 only)
-    "$work/plain/bin/python" -m attnlab backward 13 --tf32 --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
+    # the wgmma kernels include headers (kernels/*.cuh; 13: two, 17 and 18 also copy_engine.cuh):
+    # they must be in the wheel too (sm_90 only)
+    for k in "13 --tf32" "17 --tf32" "18"; do
+        "$work/plain/bin/python" -m attnlab backward $k --B 2 --T 260 --C 192 --NH 3 --repeats 2 || status=1
+    done
 fi
 
 step "pytest $repo/tests (GPU and CPU tests), from $work"
