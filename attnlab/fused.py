@@ -30,7 +30,7 @@ import numpy as np
 
 from . import kernels
 from .buffers import DeviceBuffers, check_fits, qkv_pointers
-from .checks import MAX_INT32, check_array, check_qkv, check_shape, check_tf32
+from .checks import MAX_INT32, check_array, check_kernel, check_qkv, check_shape, check_tf32
 from .device import context, free_memory
 from .errors import InputError, SetupError, UnsupportedGPUError
 from .launch import ceil_div, elementwise_launch
@@ -220,11 +220,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
 
 
 def check_fused_kernel(version):
-    """A fused backward kernel's number: one of FUSED_KERNELS."""
-    if version not in FUSED_KERNELS or isinstance(version, bool):
-        raise InputError(f"the fused backward kernel must be one of {list(FUSED_KERNELS)}, "
-                         f"got {version!r}")
-    return version
+    """A fused backward kernel's number (an int, not 13.0 or "13"): one of FUSED_KERNELS."""
+    return check_kernel(version, FUSED_KERNELS, "the fused backward kernel")
 
 
 def precisions(version):

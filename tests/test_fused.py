@@ -92,6 +92,9 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=8),
          r"fused backward kernel must be one of \[9, 10, 11, 12(, \d+)*\], got 8"),
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=True), "got True"),
+        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=13.0), "got 13.0"),
+        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel="13"), "got '13'"),
+        (lambda: fused.prep_of(17.0), "got 17.0"),
         (lambda: fused.fused_launch(1, 64, 1, False, LAST + 1), f"got {LAST + 1}"),
     ]
     for call, message in cases:
