@@ -92,9 +92,10 @@ def test_bad_arguments_are_refused_before_the_gpu(gpu_forbidden):
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=8),
          r"fused backward kernel must be one of \[9, 10, 11, 12(, \d+)*\], got 8"),
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=True), "got True"),
-        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=13.0), "got 13.0"),
+        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=13.0), r"got 13\.0"),
         (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel="13"), "got '13'"),
-        (lambda: fused.prep_of(17.0), "got 17.0"),
+        (lambda: fused.gpu_fused_backward(dout, inp, 2, kernel=np.True_), r"got (np\.)?True"),
+        (lambda: fused.prep_of(17.0), r"got 17\.0"),
         (lambda: fused.fused_launch(1, 64, 1, False, LAST + 1), f"got {LAST + 1}"),
     ]
     for call, message in cases:
@@ -284,6 +285,15 @@ def test_memory_grows_like_T_not_T_squared():
     shapes = fused.fused_buffer_shapes(4, 16384, 768, 12)
     assert all(16384 * 16384 > np.prod(s) // 4 for s in shapes.values())
     assert set(fused.fused_buffer_shapes(1, 8, 128, 2, backward=False)) == set(fused.FORWARD_ONLY)
+
+
+def test_a_numpy_kernel_number_is_taken_as_a_plain_int():
+    """A kernel number from a numpy array (a loop over np.arange, a sweep's table) is taken, as
+    the int it equals: f-strings and dict keys downstream see 17, not np.int64(17)."""
+    for k in (np.int64(17), np.int32(13), np.uint8(9)):
+        got = fused.check_fused_kernel(k)
+        assert got == int(k) and type(got) is int
+    assert fused.prep_of(np.int64(17)) == fused.prep_of(17)
 
 
 def test_every_kernel_record_is_consistent():
