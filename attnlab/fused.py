@@ -460,9 +460,10 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
     check_supported(tf32, version)
     if name == "flash_backward_prep":
         source = prep_of(version)[0]
+    elif name in ("flash_backward", "flash_backward_dq"):
+        source = BACKWARD_SOURCES[version]
     else:
-        source = {"flash_backward": BACKWARD_SOURCES[version],
-                  "flash_backward_dq": BACKWARD_SOURCES[version]}.get(name, SOURCE)
+        source = SOURCE
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
     fn.prepare(backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name])
     if name in ("flash_forward", "flash_backward"):
