@@ -5,8 +5,8 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-18, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-18, DQ_TILED,
+          (kernels 13-19, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-19, DQ_TILED,
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
@@ -17,9 +17,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-18 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-19 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-18 run on Hopper's wgmma, 12-17 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-19 run on Hopper's wgmma, 12-17 and 19 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -62,12 +62,16 @@ class Backward(NamedTuple):
     # query tile, in the order the threads hold it), which its flash_backward_dq writes into dinp
     dq_tiled: bool = False
     # the mbarriers it keeps in shared memory when the copy engine brings its query tiles (kernels
-    # 14-17: Q/dO stage 0 and 1, Q^T/dO^T, and kernel 15's dQ read; kernel 18: Q, dO, Q^T/dO^T);
+    # 14-17: Q/dO stage 0 and 1, Q^T/dO^T, and kernel 15's dQ read; kernel 18: Q, dO, Q^T/dO^T;
+    # kernel 19: Q/dO and Q^T/dO^T stages 0 and 1, each landed and read by both warpgroups);
     # 0: no copy engine
     mbarriers: int = 0
     # brings its own flash_backward_prep (as many threads as its backward), whose query tiles
     # hold each layout twice, as a TF32 high and low part (3xTF32): 8 layouts, not 4
     split_tiles: bool = False
+    # two warpgroups in ping-pong, each with its own dQ^T (K^T from registers, so no K^T tile),
+    # Q^T and dO^T in two stages, and lse and D per warpgroup in two stages
+    pingpong: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -94,6 +98,9 @@ BACKWARDS = {
     18: Backward("flash_attention18", 64, 128,
                  "kernel 17's products in 3xTF32 (fp32-accurate) on wgmma, 64 keys per block",
                  dq_tiled=True, split_tiles=True, **{**_COPY_ENGINE, "precisions": FP32}),
+    19: Backward("flash_attention19", 128, 256,
+                 "kernel 17 with its two warpgroups in ping-pong: one issues its products while the other computes",
+                 dq_tiled=True, pingpong=True, **{**_COPY_ENGINE, "mbarriers": 8}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
@@ -109,6 +116,7 @@ TILED = tuple(k for k, b in BACKWARDS.items() if b.tiled)
 DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
 MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
+PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # flash_backward_prep of TILED kernels not in SPLIT_TILES
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
@@ -193,7 +201,8 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     10's own tiles are 128 rows, the others 64, and it keeps lse and D of 128 rows; kernel 11
     owns 128 keys, takes 32 queries at a time and keeps their dS^T (128 x 40 floats); kernel 12
     keeps K, V and K^T of 128 keys, Q, dO and their transposes of 64 queries, and dS (64 x 128),
-    unpadded (wgmma's layout).
+    unpadded (wgmma's layout); kernel 19 (PINGPONG) no K^T, two stages of all four query layouts,
+    and lse and D per warpgroup in two stages.
     """
     tf32 = check_tf32(tf32)
     check_fused_kernel(version)
@@ -204,6 +213,9 @@ def shared_memory_bytes(kernel, tf32, version=FUSED_KERNEL):
     elif kernel == "flash_backward" and version == 10:
         own = OWN_ROWS[version]
         floats = 2 * (own + TILE) * (TILE_FLOATS // TILE) + 2 * own
+    elif kernel == "flash_backward" and version in PINGPONG:   # K, V; Q, dO, Q^T, dO^T x 2; dS; lse, D
+        own, other = OWN_ROWS[version], TILE
+        floats = 2 * own * HEAD_SIZES[0] + 8 * other * HEAD_SIZES[0] + other * own + 8 * other + 2 * MBARRIERS[version]
     elif kernel == "flash_backward" and version in SPLIT_TILES:   # K, V, K^T, Q, dO, Q^T, dO^T: hi and lo
         floats = 14 * TILE * HEAD_SIZES[0] + 2 * TILE + 2 * MBARRIERS[version]
     elif kernel == "flash_backward" and version in WGMMA_KERNELS:

@@ -319,8 +319,8 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
-        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17)}, 18: ("flash_attention18", 128)}
-    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128}.items():
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19)}, 18: ("flash_attention18", 128)}
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -363,8 +363,10 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     assert k18["split_tiles"] == (B * NH, T // 64, 8 * 64 * 64) and k18["dq_tiles"] == (B * NH, T // 64, 64 * 64)
     assert 4 * np.prod(k18["split_tiles"]) == 1.5 * 2**30
     assert fused.extra_bytes_needed(B, T, C, NH, 18) - fused.extra_bytes_needed(B, T, C, NH, 17) == 0.75 * 2**30
-    with pytest.raises(InputError, match="got 19"):
-        fused.kernel_buffer_shapes(B, T, C, NH, 19)
+    # kernel 19 (ping-pong): kernel 17's buffers; its dq_tiles hold dQ^T, in the same size
+    assert fused.kernel_buffer_shapes(B, T, C, NH, 19) == fused.kernel_buffer_shapes(B, T, C, NH, 17)
+    with pytest.raises(InputError, match=f"got {LAST + 1}"):
+        fused.kernel_buffer_shapes(B, T, C, NH, LAST + 1)
 
 
 def test_memory_is_checked_before_allocating(monkeypatch):
