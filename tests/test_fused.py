@@ -753,3 +753,15 @@ def test_a_kernel_is_looked_up_and_prepared_once(monkeypatch):
             fused._function("flash_backward_prep", True, 12)
     finally:
         fused._function.cache_clear()
+
+
+def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
+    """Kernel 19 (the one PINGPONG kernel) has no K^T tile; Q, dO, Q^T and dO^T in two stages;
+    dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
+    layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
+    per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
+    assert fused.PINGPONG == (19,)
+    floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
+    assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
+    k17 = fused.shared_memory_bytes("flash_backward", True, 17)
+    assert 231_488 - k17 == 4 * (4 * 2 * 64 - 2 * 64 + 5 * 2)   # lse/D: 4 stages of 2 x 64 floats, not 1; 5 more mbarriers
