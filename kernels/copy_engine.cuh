@@ -1,6 +1,6 @@
-// copy_engine.cuh: what fused backward kernels 14-18 (flash_attention14.cu .. 18.cu) share to drive
+// copy_engine.cuh: what fused backward kernels 14-19 (flash_attention14.cu .. 19.cu) share to drive
 // Hopper's copy engine (sm_90): shared-memory addresses, mbarriers, bulk copies that complete on an
-// mbarrier, and (kernels 15-18) the dQ of a query tile staged in shared memory and added into global
+// mbarrier, and (kernels 15-19) the dQ of a query tile staged in shared memory and added into global
 // memory by a bulk reduction. It includes flash_wgmma.cuh and uses its OTHER, HS and NUM_THREADS:
 // a kernel that changes OWN or NUM_THREADS defines them before the first include (kernel 18).
 #pragma once
@@ -18,6 +18,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
     asm volatile("{\n.reg .pred done;\nwait:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
                  "@!done bra wait;\n}" :: "r"(smem_addr(bar)), "r"(phase) : "memory");
+}
+// Arrive at bar (one of the arrivals its phase counts), without waiting.
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
 }
 // Copy BYTES from global g to shared s; bar's phase completes when they have landed.
 template <int BYTES>

@@ -149,7 +149,7 @@ flash_backward(float* __restrict__ dinp, float* __restrict__ dq_tiles, const flo
         if (i > i0) {   // the copy engine has read the last tile's dQ: dS may overwrite it
             if (threadIdx.x == 0) {
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bars + 3)) : "memory");
+                mbar_arrive(bars + 3);
             }
             mbar_wait(bars + 3, (phases >> 3) & 1);
             phases ^= 8u;

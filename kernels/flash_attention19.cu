@@ -35,9 +35,6 @@ __device__ __forceinline__ float round_tf32_rn(float x) {
 // Named barriers: bar_sync waits until n threads have arrived at barrier id; bar_arrive arrives without waiting.
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
-}
 // lse and D of query q0 + w (w < 64) into ld's stage st (lse at 0, D at 64), by cp.async.
 __device__ __forceinline__ void load_ld(float* ld, int st, const float* lse, const float* D, int q0, int w, int T) {
     const int q = q0 + w, bytes = q < T ? 4 : 0, at = min(q, T - 1);
