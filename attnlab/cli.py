@@ -177,7 +177,7 @@ def _run_fused(args):
                          f"backward {kernel} --tf32); for fp32 accuracy use backward 18 or 11 (3xTF32)")
     if kernel in fused.FP32_ONLY and args.tf32:
         raise InputError(f"backward {kernel} is fp32-accurate only (3xTF32): drop --tf32 (python "
-                         f"-m attnlab backward {kernel}); for TF32 use backward 17 --tf32")
+                         f"-m attnlab backward {kernel}); for TF32 use backward {fused.TF32_CHOICE} --tf32")
     tf32 = fused.check_precision(bool(args.tf32), kernel)
     fused.check_supported(tf32, kernel)
     device = device_info()

@@ -117,6 +117,9 @@ DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
 MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
 PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
+# the TF32 kernel the refusals point to: the fastest from T=4096 up (fused_ladder_19.json; at
+# T=1024 kernel 17 is as fast)
+TF32_CHOICE = 19
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # flash_backward_prep of TILED kernels not in SPLIT_TILES
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in
@@ -249,7 +252,7 @@ def check_precision(tf32, version):
                          f"(tf32=True, --tf32); for fp32 accuracy use kernel 18 or 11 (3xTF32)")
     if version in FP32_ONLY and check_tf32(tf32):
         raise InputError(f"tf32=True: fused backward kernel {version} is fp32-accurate only "
-                         f"(3xTF32: tf32=False, no --tf32); for TF32 use kernel 17")
+                         f"(3xTF32: tf32=False, no --tf32); for TF32 use kernel {TF32_CHOICE}")
     return check_tf32(tf32)
 
 

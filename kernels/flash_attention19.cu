@@ -71,8 +71,9 @@ flash_backward(float* __restrict__ dinp, float* __restrict__ dq_tiles, const flo
     const float c = scale * LOG2E;
     const int i0 = k0 / OTHER;
     const bool lead = wt == 0;                     // mbarrier arrivals, copies (and lse/D, with wt < 64)
-    const bool reducer = wt == 127;                // the bulk reductions: a thread with no cp.async of its own,
-                                                   // whose wait for a reduction's read waits for nothing else
+    const bool reducer = wt == 127;                // the bulk reductions: not a thread that loads lse and D
+                                                   // (wt < 64) or refills the stages (lead), so its wait for a
+                                                   // reduction's read holds none of them up
     float* sdSw = sdS + wg * OTHER * 64;
     float* sLDw = sLD + wg * 2 * 2 * OTHER;
     const float* sKw = sK + 64 * wg * HS;
