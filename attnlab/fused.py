@@ -117,8 +117,8 @@ DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
 MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
 PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
-# the TF32 kernel the refusals point to: the fastest from T=4096 up (fused_ladder_19.json; at
-# T=1024 kernel 17 is as fast)
+# the TF32 kernel the refusals point to: the fastest from T=4096 up in bursts (fused_ladder_19.json;
+# at T=1024 kernel 17 is as fast; back to back at the power cap kernel 17 is faster: notebook 19)
 TF32_CHOICE = 19
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # flash_backward_prep of TILED kernels not in SPLIT_TILES
 
