@@ -117,9 +117,11 @@ DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
 MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
 PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
-# the TF32 kernel the refusals point to: the fastest from T=4096 up in bursts (fused_ladder_19.json;
-# at T=1024 kernel 17 is as fast; back to back at the power cap kernel 17 is faster: notebook 19)
-TF32_CHOICE = 19
+# the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
+# faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
+# (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
+# (notebook 19's Evidence)
+TF32_CHOICE = 17
 PREP_SOURCE, PREP_THREADS = "flash_attention13", 256   # flash_backward_prep of TILED kernels not in SPLIT_TILES
 
 # Launch geometry, as in kernels/flash_attention.cu: tiles of 64 rows, 4 warps per block; in

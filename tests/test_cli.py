@@ -84,7 +84,7 @@ REFUSALS = [   # (id, arguments, the whole message after "attnlab: ")
        f"(python -m attnlab backward {k} --tf32); for fp32 accuracy use backward 18 or 11 (3xTF32)")
       for k in TF32_ONLY],
     ("cli-fp32-only-18", ["backward", "18", "--tf32"], "backward 18 is fp32-accurate only (3xTF32): "
-     "drop --tf32 (python -m attnlab backward 18); for TF32 use backward 19 --tf32"),
+     "drop --tf32 (python -m attnlab backward 18); for TF32 use backward 17 --tf32"),
     ("cli-report-kernels", ["report", "--ncu-only", "--kernels", "8,9"],
      "--kernels must be a comma-separated subset of 1,2,3,4,5,6,7,8, got '9' in '8,9'"),
 ]

@@ -182,14 +182,14 @@ def test_fp32_only_kernels_refuse_tf32_before_the_gpu(gpu_forbidden, capsys, ker
     functions, and the command line says to drop --tf32, before any CUDA call."""
     inp, dout = make_inputs(1, 64, 128, 2)
     message = (f"tf32=True: fused backward kernel {kernel} is fp32-accurate only (3xTF32: "
-               f"tf32=False, no --tf32); for TF32 use kernel 19")
+               f"tf32=False, no --tf32); for TF32 use kernel 17")
     for call in (lambda: fused.gpu_fused_backward(dout, inp, 2, tf32=True, kernel=kernel),
                  lambda: fused.fused_backward(None, True, kernel),
                  lambda: fused.check_precision(True, kernel)):
         with pytest.raises(InputError, match=re.escape(message)):
             call()
     cli_message = (f"backward {kernel} is fp32-accurate only (3xTF32): drop --tf32 (python -m "
-                   f"attnlab backward {kernel}); for TF32 use backward 19 --tf32")
+                   f"attnlab backward {kernel}); for TF32 use backward 17 --tf32")
     assert cli.main(["backward", str(kernel), "--tf32", "--B", "1", "--T", "64", "--C", "128",
                      "--NH", "2"]) == 2
     assert capsys.readouterr().err == f"attnlab: {cli_message}\n"
