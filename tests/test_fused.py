@@ -177,6 +177,16 @@ def test_tf32_only_kernels_refuse_fp32_before_the_gpu(gpu_forbidden, capsys, ker
 
 
 @pytest.mark.parametrize("kernel", fused.FP32_ONLY)
+def test_the_compile_time_refusal_names_the_same_tf32_kernel(kernel):
+    """An fp32-only kernel's #error (what nvcc says when it is built with -DTF32=1) and its
+    header name the TF32 kernel that the Python refusals name (fused.TF32_CHOICE): changing
+    one without the other fails here."""
+    source = kernels.kernel_source(fused.BACKWARD_SOURCES[kernel])
+    said = re.findall(r"for TF32 use kernel (\d+)", source)
+    assert said and set(said) == {str(fused.TF32_CHOICE)}, said
+
+
+@pytest.mark.parametrize("kernel", fused.FP32_ONLY)
 def test_fp32_only_kernels_refuse_tf32_before_the_gpu(gpu_forbidden, capsys, kernel):
     """Kernel 18 (3xTF32 on wgmma) has no TF32 variant: tf32=True is an InputError from the
     functions, and the command line says to drop --tf32, before any CUDA call."""
