@@ -219,7 +219,8 @@ def launches(source, defines, kernel):
     defines = dict(defines)
     if source in fused.BACKWARD_SOURCES.values():
         version = {s: k for k, s in fused.BACKWARD_SOURCES.items()}[source]
-        _, block, shared = fused.fused_launch(1, 64, 1, bool(defines["TF32"]), version)[kernel]
+        # (l2_bytes: any value, only the grid of a GROUPED kernel depends on it)
+        _, block, shared = fused.fused_launch(1, 64, 1, bool(defines["TF32"]), version, l2_bytes=0)[kernel]
         return [(block[0], shared)]
     if source in FIXED_LAUNCHES:
         return [FIXED_LAUNCHES[source]]

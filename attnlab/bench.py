@@ -217,3 +217,80 @@ def sweep(fn, block_sizes=BLOCK_SIZES, **kwargs):
 def best(timings):
     """The (block_size, Timing) with the lowest median."""
     return min(timings.items(), key=lambda kv: kv[1].median_ms)
+
+
+@dataclass
+class Sustained:
+    """One piece of GPU work run back to back: the median call time of each window of calls,
+    and what NVML said (attnlab.power) while it ran; None where NVML could not be read."""
+    windows_ms: list          # per window of calls: its median call time
+    calls: int
+    joules_per_call: float    # the energy counter's rise over the calls
+    sm_mhz: float             # medians of one sample after each window
+    power_w: float
+    power_capped: float       # the share of samples with the power-cap reason
+
+    @property
+    def median_ms(self):
+        return float(np.median(self.windows_ms))
+
+    @property
+    def quartiles_ms(self):
+        q1, q3 = np.percentile(self.windows_ms, [25, 75])
+        return float(q1), float(q3)
+
+    def __str__(self):
+        q1, q3 = self.quartiles_ms
+        nvml = ("" if self.joules_per_call is None else
+                f"; {self.joules_per_call:.4g} J per call, {self.sm_mhz:.0f} MHz, {self.power_w:.0f} W, "
+                f"power-capped in {100 * self.power_capped:.0f} % of samples")
+        return f"{self.median_ms:9.4f} ms (IQR {q1:.4f}-{q3:.4f}, {self.calls} calls){nvml}"
+
+
+def sustained(fns, seconds=4.0, rounds=2, window=10, warmup=2):
+    """Run each piece of GPU work back to back, as training does: for ``seconds`` per block, the
+    functions in turns (A for seconds, then B, ..., ``rounds`` times), no L2 flush and no pause.
+    Windows of ``window`` calls between CUDA events; after each, one NVML sample (attnlab.power):
+    choose ``window`` so that a window lasts many milliseconds, or the GPU rests while it is read.
+    {name: Sustained}. Under sustained load a GPU may run at its power cap, where a call's time
+    is its energy over the cap: compare with ``interleaved`` (single calls, L2 flushed)."""
+    from . import power
+    if not isinstance(fns, dict) or not fns:
+        raise InputError(f"fns must be a non-empty dict of name -> function, got {fns!r}")
+    for name, fn in fns.items():
+        _check_fn(f"fns[{name!r}]", fn)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise InputError(f"seconds must be a number > 0, got {seconds!r}")
+    rounds, window = check_int("rounds", rounds), check_int("window", window)
+    warmup = check_int("warmup", warmup, minimum=0)
+    context()
+    import time
+    import pycuda.driver as cuda
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    cuda.Context.synchronize()
+    events = [cuda.Event() for _ in range(window + 1)]
+    got = {name: {"windows": [], "calls": 0, "mj": 0, "samples": []} for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            g, start, e0 = got[name], time.perf_counter(), power.sample()["energy_mj"]
+            while time.perf_counter() - start < seconds:
+                events[0].record()
+                for i in range(window):
+                    fn()
+                    events[i + 1].record()
+                events[-1].synchronize()
+                g["windows"].append(float(np.median([events[i + 1].time_since(events[i]) for i in range(window)])))
+                g["calls"] += window
+                g["samples"].append(power.sample())
+            e1 = power.sample()["energy_mj"]
+            g["mj"] = None if e0 is None or e1 is None or g["mj"] is None else g["mj"] + e1 - e0
+
+    def of(samples, key, average=np.median):
+        values = [s[key] for s in samples if s[key] is not None]
+        return float(average(values)) if values else None
+    return {name: Sustained(g["windows"], g["calls"], None if g["mj"] is None else g["mj"] / 1000 / g["calls"],
+                            of(g["samples"], "sm_mhz"), of(g["samples"], "power_w"),
+                            of(g["samples"], "power_capped", np.mean))
+            for name, g in got.items()}

@@ -5,8 +5,8 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-19, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-19, DQ_TILED,
+          (kernels 13-20, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-20, DQ_TILED,
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
@@ -17,9 +17,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-19 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-20 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-19 run on Hopper's wgmma, 12-17 and 19 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-20 run on Hopper's wgmma, 12-17, 19 and 20 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -30,8 +30,8 @@ import numpy as np
 
 from . import kernels
 from .buffers import DeviceBuffers, check_fits, qkv_pointers
-from .checks import MAX_INT32, check_array, check_kernel, check_qkv, check_shape, check_tf32
-from .device import context, free_memory
+from .checks import MAX_INT32, check_array, check_int, check_kernel, check_qkv, check_shape, check_tf32
+from .device import context, device_info, free_memory
 from .errors import InputError, SetupError, UnsupportedGPUError
 from .launch import ceil_div, elementwise_launch
 
@@ -72,6 +72,9 @@ class Backward(NamedTuple):
     # two warpgroups in ping-pong, each with its own dQ^T (K^T from registers, so no K^T tile),
     # Q^T and dO^T in two stages, and lse and D per warpgroup in two stages
     pingpong: bool = False
+    # launched heads_at_once heads at a time, so that their query and dQ tiles stay in L2: the grid
+    # is (G, key tiles, B*NH / G), not (B*NH, key tiles)
+    grouped: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -101,6 +104,9 @@ BACKWARDS = {
     19: Backward("flash_attention19", 128, 256,
                  "kernel 17 with its two warpgroups in ping-pong: one issues its products while the other computes",
                  dq_tiled=True, pingpong=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+    20: Backward("flash_attention20", 128, 256,
+                 "kernel 19 launched a few heads at a time, so that their query tiles stay in L2",
+                 dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
@@ -117,6 +123,7 @@ DQ_TILED = tuple(k for k, b in BACKWARDS.items() if b.dq_tiled)
 MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
 PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
+GROUPED = tuple(k for k, b in BACKWARDS.items() if b.grouped)
 # the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
 # faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
 # (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
@@ -269,18 +276,39 @@ def prep_of(version):
     return PREP_SOURCE, PREP_THREADS
 
 
-def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL):
+def reread_bytes_per_head(T):
+    """The bytes every block of one (b, h) reads or adds into, in a TILED, DQ_TILED kernel: the
+    query tiles (query_tiles_shape), the dQ tiles and lse and D (T floats each)."""
+    floats = np.prod(query_tiles_shape(1, T, 1)) + n_tiles(T) * TILE * HEAD_SIZES[0] + 2 * T
+    return 4 * int(floats)
+
+
+def heads_at_once(B, T, NH, l2_bytes):
+    """G, the heads a GROUPED kernel runs at once: the most whose reread_bytes_per_head fit in
+    ``l2_bytes`` (the L2 cache), rounded down to a divisor of B*NH (groups of one size), at least 1."""
+    fit = max(1, check_int("l2_bytes", l2_bytes, minimum=0) // reread_bytes_per_head(T))
+    return max(g for g in range(1, min(fit, B * NH) + 1) if B * NH % g == 0)
+
+
+def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL, l2_bytes=None):
     """{kernel name: (grid, block, shared bytes)} for the three fused kernels (the backward of
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
     kernel 11: one block per 128 keys, which also adds dQ; TILED kernels add flash_backward_prep and
-    DQ_TILED ones flash_backward_dq)."""
+    DQ_TILED ones flash_backward_dq). GROUPED kernels launch heads_at_once(B, T, NH, l2_bytes)
+    heads at a time (``l2_bytes``: GPU 0's L2 cache where None)."""
     BH, nt = B * NH, n_tiles(T)
     per_head = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
+    backward_grid = (BH, per_head, 1)
+    if version in GROUPED:
+        if l2_bytes is None:
+            l2_bytes = device_info()["l2_cache_bytes"]
+        G = heads_at_once(B, T, NH, l2_bytes)
+        backward_grid = (G, per_head, BH // G)
     launch = {
         "flash_forward": ((BH, nt, 1), (THREADS, 1, 1), shared_memory_bytes("flash_forward", tf32)),
         "flash_backward_preprocess": ((ceil_div(BH * T, PREPROCESS_ROWS), 1, 1),
                                       (PREPROCESS_THREADS, 1, 1), 0),
-        "flash_backward": ((BH, per_head, 1), (BACKWARD_THREADS[version], 1, 1),
+        "flash_backward": (backward_grid, (BACKWARD_THREADS[version], 1, 1),
                            shared_memory_bytes("flash_backward", tf32, version)),
     }
     if version in TILED:   # one block per 64-query tile

@@ -40,7 +40,8 @@ NVCC_OPTIONS = ("-O3", "--use_fast_math")
 # device's architecture-specific target, which runs on that architecture and no other.
 ARCH_SPECIFIC = ("wgmma_check", "flash_attention12", "flash_attention13", "flash_attention14",
                  "flash_attention15", "flash_attention16",
-                 "flash_attention17", "flash_attention18", "flash_attention19")
+                 "flash_attention17", "flash_attention18", "flash_attention19",
+                 "flash_attention20")
 
 
 def kernel_path(name):

@@ -166,3 +166,45 @@ def test_flush_effect_checks_before_the_gpu(forbid_gpu, kwargs, message):
 def test_flush_effect_checks_warmup_before_the_gpu(forbid_gpu, warmup):
     with pytest.raises(InputError, match="warmup must be"):
         bench.flush_effect(ok, warmup=warmup)
+
+
+# ------------------------------------------------------------------ sustained
+
+@pytest.mark.parametrize("kwargs, message", [
+    pytest.param(dict(fns={}), "fns must be a non-empty dict", id="empty"),
+    pytest.param(dict(fns={"a": ok, "b": 3}), "fns['b'] must be callable", id="not-callable"),
+    pytest.param(dict(fns={"a": ok}, seconds=0), "seconds must be a number > 0, got 0", id="seconds-0"),
+    pytest.param(dict(fns={"a": ok}, seconds="4"), "seconds must be a number > 0, got '4'", id="seconds-str"),
+    pytest.param(dict(fns={"a": ok}, seconds=True), "seconds must be a number > 0, got True", id="seconds-bool"),
+    pytest.param(dict(fns={"a": ok}, rounds=0), "rounds must be >= 1, got 0", id="rounds-0"),
+    pytest.param(dict(fns={"a": ok}, window=2.5), "window must be an int, got float 2.5", id="window-float"),
+    pytest.param(dict(fns={"a": ok}, warmup=-1), "warmup must be >= 0, got -1", id="warmup"),
+])
+def test_sustained_checks_before_the_gpu(forbid_gpu, kwargs, message):
+    with pytest.raises(InputError) as e:
+        bench.sustained(**kwargs)
+    assert message in str(e.value)
+
+
+def test_sustained_with_good_arguments_uses_the_gpu(forbid_gpu):
+    with pytest.raises(AssertionError, match=USED_GPU):
+        bench.sustained({"a": ok}, seconds=0.1)
+
+
+def test_sustained_statistics_are_over_its_windows():
+    s = bench.Sustained([4.0, 1.0, 3.0, 2.0], 40, None, None, None, None)
+    assert s.median_ms == 2.5 and s.quartiles_ms == (1.75, 3.25)
+    assert str(s) == "   2.5000 ms (IQR 1.7500-3.2500, 40 calls)"
+    s = bench.Sustained([2.0], 10, 0.5, 1755.0, 692.5, 0.75)
+    assert str(s).endswith("10 calls); 0.5 J per call, 1755 MHz, 692 W, power-capped in 75 % of samples")
+
+
+def test_power_sample_without_nvml_is_all_none(monkeypatch):
+    """No NVIDIA driver library (a CPU machine, CI): every value None, nothing raised."""
+    from attnlab import power
+    monkeypatch.setattr(power.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name)))
+    power._nvml.cache_clear()
+    try:
+        assert power.sample() == dict.fromkeys(("energy_mj", "sm_mhz", "power_w", "power_capped"))
+    finally:
+        power._nvml.cache_clear()

@@ -329,9 +329,9 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
-        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19)}, 18: ("flash_attention18", 128)}
-    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256}.items():
-        launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k)
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20)}, 18: ("flash_attention18", 128)}
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256}.items():
+        launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
         with pytest.raises(InputError, match=f"kernel {k} has no flash_backward_prep: only the TILED"):
@@ -766,12 +766,81 @@ def test_a_kernel_is_looked_up_and_prepared_once(monkeypatch):
 
 
 def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
-    """Kernel 19 (the one PINGPONG kernel) has no K^T tile; Q, dO, Q^T and dO^T in two stages;
+    """Kernel 19 (and 20, launched in another order) has no K^T tile; Q, dO, Q^T and dO^T in two stages;
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19,)
+    assert fused.PINGPONG == (19, 20)
+    assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
     k17 = fused.shared_memory_bytes("flash_backward", True, 17)
     assert 231_488 - k17 == 4 * (4 * 2 * 64 - 2 * 64 + 5 * 2)   # lse/D: 4 stages of 2 x 64 floats, not 1; 5 more mbarriers
+
+
+H200_L2 = 60 * 2**20       # the H200's L2 cache (device_info() in notebook 00)
+
+
+def test_kernel_20_rereads_its_query_tiles_dq_tiles_lse_and_d():
+    """reread_bytes_per_head is what one (b, h) of kernel 20 holds in its own buffers (the query
+    tiles and dq_tiles of kernel_buffer_shapes) plus lse and D: 1,288 bytes per query at T a
+    multiple of 64, 21,102,592 at T=16384 (20 MiB)."""
+    for T in (1, 64, 65, 1031, 16384):
+        own = fused.kernel_buffer_shapes(1, T, 64, 1, 20)
+        floats = sum(int(np.prod(s)) for s in own.values()) + 2 * T
+        assert fused.reread_bytes_per_head(T) == 4 * floats, T
+    assert fused.reread_bytes_per_head(16384) == 1288 * 16384 == 21_102_592
+
+
+@pytest.mark.parametrize("T, G", [(1024, 24), (2048, 16), (4096, 8), (8192, 4), (16384, 2)])
+def test_kernel_20_runs_as_many_heads_at_once_as_fit_in_l2(T, G):
+    """On the H200 (60 MiB of L2) at B=4 NH=12: G heads whose reread bytes fit, a divisor of 48,
+    and the next divisor would not fit. The grid is (G, key tiles, 48 / G): kernel 19's blocks."""
+    assert fused.heads_at_once(4, T, 12, H200_L2) == G
+    assert 48 % G == 0 and G * fused.reread_bytes_per_head(T) <= H200_L2
+    bigger = min(d for d in range(G + 1, 49) if 48 % d == 0) if G < 48 else None
+    assert bigger is None or bigger * fused.reread_bytes_per_head(T) > H200_L2
+    grid = fused.fused_launch(4, T, 12, True, 20, l2_bytes=H200_L2)["flash_backward"][0]
+    k19 = fused.fused_launch(4, T, 12, True, 19)["flash_backward"][0]
+    assert grid == (G, T // 128, 48 // G) and np.prod(grid) == np.prod(k19)
+
+
+def test_kernel_20_s_group_is_a_divisor_at_least_one():
+    """Heads that do not divide into groups that fit: one at a time (NH=7: 7 is prime); an L2
+    smaller than one head's tiles: still one; all heads fit: all of them (kernel 19's order)."""
+    assert fused.heads_at_once(1, 1024, 7, 3 * fused.reread_bytes_per_head(1024)) == 1
+    assert fused.heads_at_once(2, 16384, 12, 10) == 1
+    assert fused.heads_at_once(2, 1024, 3, H200_L2) == 6
+    assert fused.heads_at_once(3, 4096, 4, 6 * fused.reread_bytes_per_head(4096)) == 6
+
+
+@pytest.mark.parametrize("l2, why", [("60 MiB", "l2_bytes must be an int, got str '60 MiB'"),
+                                     (60.0 * 2**20, "l2_bytes must be an int, got float 62914560.0"),
+                                     (-1, "l2_bytes must be >= 0, got -1")])
+def test_kernel_20_s_l2_size_is_checked(l2, why):
+    with pytest.raises(InputError, match=re.escape(why)):
+        fused.fused_launch(4, 1024, 12, True, 20, l2_bytes=l2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("G", [1, 2, 3, 6])
+def test_kernel_20_in_any_group_size_computes_kernel_19_s_gradients(G, monkeypatch):
+    """Kernel 20 with G heads at a time (an L2 that holds G heads' tiles) at B=2 T=1031 NH=3:
+    dK and dV bit-identical to kernel 19's (one writer each), dQ within rounding (bulk
+    reductions add in any order), and the whole dinp within the TF32 tolerance of the CPU
+    reference."""
+    from attnlab import compare, make_problem
+    skip_unless_supported(True, 20)
+    problem = make_problem(B=2, T=1031, C=192, NH=3)
+    k19 = run_fused(problem, True, 19)[1]
+    l2 = G * fused.reread_bytes_per_head(problem.T)
+    assert fused.heads_at_once(2, problem.T, 3, l2) == G
+    info = fused.device_info()
+    monkeypatch.setattr(fused, "device_info", lambda: {**info, "l2_cache_bytes": l2})
+    assert fused.fused_launch(2, problem.T, 3, True, 20)["flash_backward"][0] == (G, 9, 6 // G)
+    dinp = run_fused(problem, True, 20)[1]
+    C = problem.C
+    assert np.array_equal(dinp[..., C:].view(np.uint32), k19[..., C:].view(np.uint32))
+    assert np.abs(dinp[..., :C] - k19[..., :C]).max() <= 1e-5 * np.abs(k19).max()
+    report = compare(dinp, problem.dinp, "dinp", fused.FUSED_TOLERANCES["tf32"]["dinp"])
+    assert report.ok, str(report)

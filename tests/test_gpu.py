@@ -150,6 +150,16 @@ def test_benchmark_reports_sane_numbers(small_buf):
     assert 0 < t.min_ms <= t.median_ms <= t.max_ms
 
 
+def test_sustained_reports_windows_and_what_nvml_read(small_buf):
+    """bench.sustained on a real kernel: every window timed, calls counted; where the driver's
+    NVML answers (the H200), energy per call, SM clock and power are positive."""
+    from attnlab import power
+    s = bench.sustained({"k8": lambda: attention.backward(small_buf, 8, 256)}, seconds=0.2, rounds=2, window=20)["k8"]
+    assert len(s.windows_ms) >= 2 and s.calls == 20 * len(s.windows_ms) and 0 < min(s.windows_ms)
+    if power.sample()["energy_mj"] is not None:
+        assert s.joules_per_call > 0 and s.sm_mhz > 0 and s.power_w > 0 and 0 <= s.power_capped <= 1
+
+
 def test_device_info():
     from attnlab import device_info
     d = device_info()
