@@ -48,6 +48,15 @@ def context():
     return primary.context
 
 
+@functools.lru_cache(maxsize=None)
+def l2_cache_bytes():
+    """GPU 0's L2 cache in bytes: a fixed property of the GPU, read once (a launch that needs it
+    must not wait for device_info, whose free-memory query costs about a millisecond)."""
+    context()
+    import pycuda.driver as cuda
+    return cuda.Device(0).get_attribute(cuda.device_attribute.L2_CACHE_SIZE)
+
+
 def device_info():
     """A dict describing GPU 0: name, compute capability, SMs, memory, L2, versions."""
     context()
@@ -63,7 +72,7 @@ def device_info():
         "sms": dev.get_attribute(attr.MULTIPROCESSOR_COUNT),
         "memory_total_bytes": total,
         "memory_free_bytes": free,
-        "l2_cache_bytes": dev.get_attribute(attr.L2_CACHE_SIZE),
+        "l2_cache_bytes": l2_cache_bytes(),
         "clock_mhz": dev.get_attribute(attr.CLOCK_RATE) // 1000,
         "memory_clock_mhz": dev.get_attribute(attr.MEMORY_CLOCK_RATE) // 1000,
         "memory_bus_bits": dev.get_attribute(attr.GLOBAL_MEMORY_BUS_WIDTH),

@@ -31,7 +31,7 @@ import numpy as np
 from . import kernels
 from .buffers import DeviceBuffers, check_fits, qkv_pointers
 from .checks import MAX_INT32, check_array, check_int, check_kernel, check_qkv, check_shape, check_tf32
-from .device import context, device_info, free_memory
+from .device import context, free_memory, l2_cache_bytes
 from .errors import InputError, SetupError, UnsupportedGPUError
 from .launch import ceil_div, elementwise_launch
 
@@ -295,13 +295,13 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL, l2_bytes=None):
     fused kernel ``version``: a dK/dV block and a dQ block per tile of OWN_ROWS[version] rows;
     kernel 11: one block per 128 keys, which also adds dQ; TILED kernels add flash_backward_prep and
     DQ_TILED ones flash_backward_dq). GROUPED kernels launch heads_at_once(B, T, NH, l2_bytes)
-    heads at a time (``l2_bytes``: GPU 0's L2 cache where None)."""
+    heads at a time (``l2_bytes``: GPU 0's L2 cache, device.l2_cache_bytes, where None)."""
     BH, nt = B * NH, n_tiles(T)
     per_head = ceil_div(T, OWN_ROWS[check_fused_kernel(version)]) * (2 if DETERMINISTIC[version] else 1)
     backward_grid = (BH, per_head, 1)
     if version in GROUPED:
         if l2_bytes is None:
-            l2_bytes = device_info()["l2_cache_bytes"]
+            l2_bytes = l2_cache_bytes()
         G = heads_at_once(B, T, NH, l2_bytes)
         backward_grid = (G, per_head, BH // G)
     launch = {

@@ -3,7 +3,7 @@
 the numbers notebook 13 teaches from.
 
     python benchmarks/fused_ladder.py [--T 1024,4096,16384] [--repeats 20] [--json FILE]
-                                      [--methods "k13 tf32,k14 tf32"]
+                                      [--methods "k13 tf32,k14 tf32"] [--sustained SECONDS]
 
 1. Accuracy, at the small shape (B=2 T=260 C=192 NH=3) and the default one (B=4 T=1024 C=768
    NH=12): out and dinp of every method against the CPU reference at the fused tolerances,
@@ -13,6 +13,9 @@ the numbers notebook 13 teaches from.
    (attnlab.bench.interleaved: CUDA events, warm-up, L2 flushed before each call), median and
    quartiles, TFLOP/s as the FlashAttention papers count them (counts.fused_flops) and the
    fraction of the H200's dense TF32 tensor rate.
+   With --sustained SECONDS, also back to back (attnlab.bench.sustained: each method for SECONDS,
+   in turns, two rounds, no L2 flush): median and quartiles of its windows, the energy per
+   call, the SM clock, the power and how often the power cap held the clock down (NVML).
 3. The compiler's evidence for each flash_backward: registers, local memory, static shared
    memory, and the blocks per SM that registers and shared memory allow.
 """
@@ -39,7 +42,8 @@ METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
            ("k10 fp32", 10, False), ("k10 tf32", 10, True),
            ("k11 fp32", 11, False), ("k11 tf32", 11, True), ("k12 tf32", 12, True),
            ("k13 tf32", 13, True), ("k14 tf32", 14, True), ("k15 tf32", 15, True),
-           ("k16 tf32", 16, True), ("k17 tf32", 17, True), ("k18 fp32", 18, False), ("k19 tf32", 19, True))
+           ("k16 tf32", 16, True), ("k17 tf32", 17, True), ("k18 fp32", 18, False), ("k19 tf32", 19, True),
+           ("k20 tf32", 20, True))
 # Tensor-core flops a method executes per counted flop (counts.fused_flops, FlashAttention's
 # count: 5 products): the deterministic kernels do 7 tile products (S and dP again in the dQ
 # blocks), and 3xTF32 does 3 mma per product. None: CUDA cores. (The whole diagonal tiles,
@@ -48,7 +52,7 @@ _K = counts.FUSED_COUNTED_PRODUCTS
 EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / _K, "k10 fp32": 3 * 7 / _K,
                         "k10 tf32": 7 / _K, "k11 fp32": 3.0, "k11 tf32": 1.0, "k12 tf32": 1.0, "k13 tf32": 1.0,
                         "k14 tf32": 1.0, "k15 tf32": 1.0, "k16 tf32": 1.0,
-                        "k17 tf32": 1.0, "k18 fp32": 3.0, "k19 tf32": 1.0}
+                        "k17 tf32": 1.0, "k18 fp32": 3.0, "k19 tf32": 1.0, "k20 tf32": 1.0}
 TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
 
 
@@ -102,7 +106,7 @@ def evidence(kernel, tf32):
             "blocks_per_sm_shared": by_smem, "blocks_per_sm": min(by_regs, by_smem)}
 
 
-def speed(T, repeats, mma_roof, methods):
+def speed(T, repeats, mma_roof, methods, seconds=None):
     B, NH, C = DEFAULT.B, DEFAULT.NH, DEFAULT.C
     inp = np.random.default_rng(0).uniform(-1, 1, (B, T, 3 * C)).astype(np.float32)
     dout = np.random.default_rng(1).uniform(-1, 1, (B, T, C)).astype(np.float32)
@@ -114,6 +118,9 @@ def speed(T, repeats, mma_roof, methods):
         fns = {name: (lambda k=kernel, t=tf32: fused.fused_backward(buf, t, k))
                for name, kernel, tf32 in methods}
         timings = bench.interleaved(fns, repeats=repeats, warmup=2)
+        # windows of about 50 ms (the slowest method's median), so the GPU never waits on the host
+        held = seconds and bench.sustained(fns, seconds=seconds, rounds=2,
+                                           window=max(10, round(50 / max(t.median_ms for t in timings.values()))))
     rows = {}
     for name, t in timings.items():
         q1, q3 = t.quartiles_ms
@@ -123,6 +130,13 @@ def speed(T, repeats, mma_roof, methods):
                       "tflops": tflops, "fraction_of_tf32_rate": tflops / TF32_DENSE_TFLOPS,
                       "executed_mma_tflops": per and tflops * per,
                       "fraction_of_mma_roof": per and tflops * per * 1e12 / mma_roof}
+        if held:
+            s = held[name]
+            rows[name]["sustained"] = {"median_ms": s.median_ms, "q1_ms": s.quartiles_ms[0], "q3_ms": s.quartiles_ms[1],
+                                       "tflops": flops / (s.median_ms * 1e-3) / 1e12, "calls": s.calls,
+                                       "joules_per_call": s.joules_per_call, "sm_mhz": s.sm_mhz,
+                                       "power_w": s.power_w, "power_capped": s.power_capped,
+                                       "seconds_per_block": seconds}
     return rows
 
 
@@ -132,6 +146,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", default=None)
     p.add_argument("--skip-accuracy", action="store_true")
+    p.add_argument("--sustained", type=float, default=None, metavar="SECONDS",
+                   help="also run the methods back to back, SECONDS each, in turns, two rounds")
     p.add_argument("--methods", default=",".join(m[0] for m in METHODS),
                    help="comma-separated method names (default: all)")
     args = p.parse_args(argv)
@@ -142,6 +158,8 @@ def main(argv=None):
         p.error(str(e))
     Ts = parse_list(args.T, "--T", None, lambda v: check_int("--T", int(v)))
     repeats = check_int("--repeats", args.repeats)
+    if args.sustained is not None and not args.sustained > 0:
+        p.error(f"--sustained must be a number of seconds > 0, got {args.sustained}")
     context()
     mma = ceilings.mma_tf32_rate()
     report = {"device": device_info()["name"], "methods": [m[0] for m in methods],
@@ -156,7 +174,7 @@ def main(argv=None):
             report["accuracy"][label] = accuracy(dict(shape), methods)
     for T in Ts:
         log(f"speed at T={T}")
-        report["speed"][str(T)] = speed(T, repeats, mma["median"], methods)
+        report["speed"][str(T)] = speed(T, repeats, mma["median"], methods, args.sustained)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
     report["elapsed_s"] = time.perf_counter() - t0
@@ -181,6 +199,16 @@ def main(argv=None):
                     if r["executed_mma_tflops"] else "")
             print(f"  T={T:>5} {name:9} {r['median_ms']:9.3f} ({r['q1_ms']:.3f}-{r['q3_ms']:.3f}) "
                   f"{r['tflops']:6.1f} {100 * r['fraction_of_tf32_rate']:5.1f} %  {roof}")
+    if args.sustained:
+        print("back to back: median ms (IQR of windows), TFLOP/s, J per call, SM MHz, W, share power-capped")
+        for T, rows in report["speed"].items():
+            for name, r in rows.items():
+                s = r["sustained"]
+                nvml = ("NVML not read" if s["joules_per_call"] is None else
+                        f"{s['joules_per_call']:.4g} J {s['sm_mhz']:.0f} MHz {s['power_w']:.0f} W "
+                        f"{100 * s['power_capped']:.0f} %")
+                print(f"  T={T:>5} {name:9} {s['median_ms']:9.3f} ({s['q1_ms']:.3f}-{s['q3_ms']:.3f}) "
+                      f"{s['tflops']:6.1f}  {nvml}")
     return 0
 
 

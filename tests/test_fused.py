@@ -835,8 +835,7 @@ def test_kernel_20_in_any_group_size_computes_kernel_19_s_gradients(G, monkeypat
     k19 = run_fused(problem, True, 19)[1]
     l2 = G * fused.reread_bytes_per_head(problem.T)
     assert fused.heads_at_once(2, problem.T, 3, l2) == G
-    info = fused.device_info()
-    monkeypatch.setattr(fused, "device_info", lambda: {**info, "l2_cache_bytes": l2})
+    monkeypatch.setattr(fused, "l2_cache_bytes", lambda: l2)
     assert fused.fused_launch(2, problem.T, 3, True, 20)["flash_backward"][0] == (G, 9, 6 // G)
     dinp = run_fused(problem, True, 20)[1]
     C = problem.C
