@@ -10,9 +10,9 @@
 // (attnlab/fused.py, heads_at_once) so that G heads' query and dQ tiles fit in L2. Nothing else
 // changes: each block does kernel 19's work on its own (b, h), bit for bit.
 // The saved HBM traffic saves energy more than cycles. Back to back at T=16384 the H200 runs at
-// its 700 W cap, so energy is time there; in single calls at full clock the grouped order can
-// need more cycles (the last group's longest tiles start late), and at short T, where all heads
-// fit, G is all of them: kernel 19's order.
+// its 700 W cap, so energy is time there; in single calls at full clock the grouped order took
+// more cycles, not fewer, in the runs so far (docs/fused-speed.md), and where all heads fit in L2,
+// G is all of them: kernel 19's order.
 //
 // Launch geometry (attnlab/fused.py): a block of 256 threads per 128 keys, one block per SM, as
 // kernel 19, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
