@@ -2,17 +2,19 @@
 //
 // WHAT CHANGED from kernel 19 (flash_attention19.cu), and why it should be faster. Every block of
 // one (b, h) reads the same query tiles (Q and dO in four layouts, 64 KiB per 64 queries) and adds
-// into the same dQ tiles (16 KiB). Kernel 19's grid is (B*NH, key tiles): blocks start in the
-// order x, then y, so the 132 blocks in flight hold key tiles 0, 1, 2 of every head, and at
-// T=16384 a query tile that 128 blocks read comes from HBM again and again: the heads' 20 MiB
-// each, 48 of them, do not fit in the 60 MiB L2. Here the grid is (G, key tiles, B*NH / G): the
-// blocks in flight are the key tiles of G heads, the longest first within them, and G is chosen
-// (attnlab/fused.py, heads_at_once) so that G heads' query and dQ tiles fit in L2. Nothing else
-// changes: each block does kernel 19's work on its own (b, h), bit for bit.
-// The saved HBM traffic saves energy more than cycles. Back to back at T=16384 the H200 runs at
-// its 700 W cap, so energy is time there; in single calls at full clock the grouped order took
-// more cycles, not fewer, in the runs so far (docs/fused-speed.md), and where all heads fit in L2,
-// G is all of them: kernel 19's order.
+// into the same dQ tiles (16 KiB). Kernel 19's grid is (B*NH, key tiles). Blocks were seen to
+// start in the order x, then y (CUDA does not promise it), so the 132 blocks in flight hold key
+// tiles 0 and 1 of every head and key tile 2 of 36 heads. At T=16384 a head's 128 key tiles read
+// its query tiles at different times over the whole call, and the heads' 20 MiB each, 48 of them,
+// do not fit in the 60 MiB L2: a tile is likely gone from L2 before the next block of its head
+// reads it. Here the grid is (G, key tiles, B*NH / G): the blocks in flight are the key tiles of
+// G heads, the longest first within them, and G is chosen (attnlab/fused.py, heads_at_once) so
+// that G heads' query and dQ tiles fit in L2. Nothing else changes: each block does kernel 19's
+// work on its own (b, h), bit for bit.
+// Measured (docs/fused-speed.md): back to back at T=16384, where the H200 holds its 700 W cap, the
+// grouped order ran at a higher clock and less energy per call, so faster; fewer HBM reads would
+// explain it (no DRAM bytes were counted). In single calls it was faster at T=1024 and 2048, not
+// resolved at 4096, slower at 8192 and 16384. Where all heads fit in L2, G is all of them.
 //
 // Launch geometry (attnlab/fused.py): a block of 256 threads per 128 keys, one block per SM, as
 // kernel 19, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
