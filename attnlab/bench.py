@@ -225,8 +225,8 @@ class Sustained:
     and what NVML said (attnlab.power) while it ran; None where NVML could not be read."""
     windows_ms: list          # per window of calls: its median call time
     calls: int
-    joules_per_call: float    # the energy counter's rise over the calls
-    sm_mhz: float             # medians of one sample after each window
+    joules_per_call: float    # the energy counter's rise over its blocks, over its calls
+    sm_mhz: float             # medians of one sample during each window
     power_w: float
     power_capped: float       # the share of samples with the power-cap reason
 
@@ -241,19 +241,29 @@ class Sustained:
 
     def __str__(self):
         q1, q3 = self.quartiles_ms
-        nvml = ("" if self.joules_per_call is None else
-                f"; {self.joules_per_call:.4g} J per call, {self.sm_mhz:.0f} MHz, {self.power_w:.0f} W, "
-                f"power-capped in {100 * self.power_capped:.0f} % of samples")
+        nvml = nvml_text(self.joules_per_call, self.sm_mhz, self.power_w, self.power_capped)
         return f"{self.median_ms:9.4f} ms (IQR {q1:.4f}-{q3:.4f}, {self.calls} calls){nvml}"
+
+
+def nvml_text(joules_per_call, sm_mhz, power_w, power_capped):
+    """What NVML said, for a line of text: '' where it said nothing, n/a for a missing value."""
+    if all(v is None for v in (joules_per_call, sm_mhz, power_w, power_capped)):
+        return ""
+
+    def text(v, spec, scale=1):
+        return "n/a" if v is None else f"{scale * v:{spec}}"
+    return (f"; {text(joules_per_call, '.4g')} J per call, {text(sm_mhz, '.0f')} MHz, {text(power_w, '.0f')} W, "
+            f"power-capped in {text(power_capped, '.0f', 100)} % of samples")
 
 
 def sustained(fns, seconds=4.0, rounds=2, window=10, warmup=2):
     """Run each piece of GPU work back to back, as training does: for ``seconds`` per block, the
-    functions in turns (A for seconds, then B, ..., ``rounds`` times), no L2 flush and no pause.
-    Windows of ``window`` calls between CUDA events; after each, one NVML sample (attnlab.power):
-    choose ``window`` so that a window lasts many milliseconds, or the GPU rests while it is read.
-    {name: Sustained}. Under sustained load a GPU may run at its power cap, where a call's time
-    is its energy over the cap: compare with ``interleaved`` (single calls, L2 flushed)."""
+    functions in turns, ``rounds`` rounds (A B, then B A, ...: none always starts cool), no L2
+    flush. Windows of ``window`` calls between CUDA events; while a window runs, one NVML sample
+    of its GPU (attnlab.power). Between windows the GPU waits while the host reads the events:
+    choose ``window`` so that a window lasts many milliseconds. {name: Sustained}. Under
+    sustained load a GPU may run at its power cap, where a call's time is its energy over the
+    cap: compare with ``interleaved`` (single calls, L2 flushed)."""
     from . import power
     if not isinstance(fns, dict) or not fns:
         raise InputError(f"fns must be a non-empty dict of name -> function, got {fns!r}")
@@ -270,21 +280,23 @@ def sustained(fns, seconds=4.0, rounds=2, window=10, warmup=2):
         for _ in range(warmup):
             fn()
     cuda.Context.synchronize()
+    bus = cuda.Device(0).pci_bus_id()      # NVML's numbering of the GPUs is not CUDA's
     events = [cuda.Event() for _ in range(window + 1)]
     got = {name: {"windows": [], "calls": 0, "mj": 0, "samples": []} for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            g, start, e0 = got[name], time.perf_counter(), power.sample()["energy_mj"]
+    order = list(fns.items())
+    for r in range(rounds):
+        for name, fn in (order if r % 2 == 0 else order[::-1]):
+            g, start, e0 = got[name], time.perf_counter(), power.sample(bus)["energy_mj"]
             while time.perf_counter() - start < seconds:
                 events[0].record()
                 for i in range(window):
                     fn()
                     events[i + 1].record()
+                g["samples"].append(power.sample(bus))     # the window is running now
                 events[-1].synchronize()
                 g["windows"].append(float(np.median([events[i + 1].time_since(events[i]) for i in range(window)])))
                 g["calls"] += window
-                g["samples"].append(power.sample())
-            e1 = power.sample()["energy_mj"]
+            e1 = power.sample(bus)["energy_mj"]
             g["mj"] = None if e0 is None or e1 is None or g["mj"] is None else g["mj"] + e1 - e0
 
     def of(samples, key, average=np.median):

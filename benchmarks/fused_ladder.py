@@ -118,7 +118,8 @@ def speed(T, repeats, mma_roof, methods, seconds=None):
         fns = {name: (lambda k=kernel, t=tf32: fused.fused_backward(buf, t, k))
                for name, kernel, tf32 in methods}
         timings = bench.interleaved(fns, repeats=repeats, warmup=2)
-        # windows of about 50 ms (the slowest method's median), so the GPU never waits on the host
+        # windows of at least 10 calls and about 50 ms of the slowest method, so that the waits
+        # between windows (the host reads the events) are a small part of each block
         held = seconds and bench.sustained(fns, seconds=seconds, rounds=2,
                                            window=max(10, round(50 / max(t.median_ms for t in timings.values()))))
     rows = {}
@@ -200,15 +201,13 @@ def main(argv=None):
             print(f"  T={T:>5} {name:9} {r['median_ms']:9.3f} ({r['q1_ms']:.3f}-{r['q3_ms']:.3f}) "
                   f"{r['tflops']:6.1f} {100 * r['fraction_of_tf32_rate']:5.1f} %  {roof}")
     if args.sustained:
-        print("back to back: median ms (IQR of windows), TFLOP/s, J per call, SM MHz, W, share power-capped")
+        print("back to back: median ms (IQR of windows), TFLOP/s; what NVML said")
         for T, rows in report["speed"].items():
             for name, r in rows.items():
                 s = r["sustained"]
-                nvml = ("NVML not read" if s["joules_per_call"] is None else
-                        f"{s['joules_per_call']:.4g} J {s['sm_mhz']:.0f} MHz {s['power_w']:.0f} W "
-                        f"{100 * s['power_capped']:.0f} %")
+                nvml = bench.nvml_text(s["joules_per_call"], s["sm_mhz"], s["power_w"], s["power_capped"])
                 print(f"  T={T:>5} {name:9} {s['median_ms']:9.3f} ({s['q1_ms']:.3f}-{s['q3_ms']:.3f}) "
-                      f"{s['tflops']:6.1f}  {nvml}")
+                      f"{s['tflops']:6.1f} TFLOP/s{nvml or '; NVML not read'}")
     return 0
 
 

@@ -199,6 +199,54 @@ def test_sustained_statistics_are_over_its_windows():
     assert str(s).endswith("10 calls); 0.5 J per call, 1755 MHz, 692 W, power-capped in 75 % of samples")
 
 
+def test_sustained_text_says_n_a_for_what_nvml_did_not_give():
+    """NVML answers each query on its own: an energy without a clock still prints."""
+    s = bench.Sustained([1.0], 10, 0.5, None, 690.0, None)
+    assert str(s).endswith("10 calls); 0.5 J per call, n/a MHz, 690 W, power-capped in n/a % of samples")
+
+
+class FakeNvml:
+    """libnvidia-ml as ctypes sees it: 0 is success; GPUs by PCI bus id, in NVML's order."""
+    def __init__(self, buses):
+        self.buses = buses
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus, handle):
+        if bus.decode() not in self.buses:
+            return 2                                # NVML_ERROR_INVALID_ARGUMENT
+        handle._obj.value = 100 + self.buses.index(bus.decode())
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = len(self.buses)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, i, handle):
+        handle._obj.value = 100 + i
+        return 0
+
+
+@pytest.mark.parametrize("buses, asked, handle", [
+    (["0000:19:00.0", "0000:3B:00.0"], "0000:3B:00.0", 101),   # CUDA's GPU 0 is NVML's second
+    (["0000:19:00.0"], "0000:19:00.0", 100),
+    (["0000:19:00.0"], "0000:99:00.0", 100),                   # an id NVML spells otherwise: its only GPU
+    (["0000:19:00.0"], None, 100),
+    (["0000:19:00.0", "0000:3B:00.0"], "0000:99:00.0", None),  # not found among several: no guess
+    (["0000:19:00.0", "0000:3B:00.0"], None, None),
+])
+def test_power_reads_the_gpu_cuda_means(monkeypatch, buses, asked, handle):
+    from attnlab import power
+    monkeypatch.setattr(power.ctypes, "CDLL", lambda name: FakeNvml(buses))
+    power._nvml.cache_clear()
+    try:
+        got = power._nvml(asked)
+        assert (got and got[1].value) == handle
+    finally:
+        power._nvml.cache_clear()
+
+
 def test_power_sample_without_nvml_is_all_none(monkeypatch):
     """No NVIDIA driver library (a CPU machine, CI): every value None, nothing raised."""
     from attnlab import power

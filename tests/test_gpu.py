@@ -151,13 +151,17 @@ def test_benchmark_reports_sane_numbers(small_buf):
 
 
 def test_sustained_reports_windows_and_what_nvml_read(small_buf):
-    """bench.sustained on a real kernel: every window timed, calls counted; where the driver's
-    NVML answers (the H200), energy per call, SM clock and power are positive."""
-    from attnlab import power
+    """bench.sustained on a real kernel: every window timed and positive; where the driver's NVML
+    library loads (the H200), energy per call, SM clock and power are positive and the
+    power-cap share a fraction."""
+    import ctypes
     s = bench.sustained({"k8": lambda: attention.backward(small_buf, 8, 256)}, seconds=0.2, rounds=2, window=20)["k8"]
-    assert len(s.windows_ms) >= 2 and s.calls == 20 * len(s.windows_ms) and 0 < min(s.windows_ms)
-    if power.sample()["energy_mj"] is not None:
-        assert s.joules_per_call > 0 and s.sm_mhz > 0 and s.power_w > 0 and 0 <= s.power_capped <= 1
+    assert s.calls == 20 * len(s.windows_ms) and 0 < min(s.windows_ms) <= s.median_ms
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        pytest.skip("no NVML library: bench.sustained reports times only")
+    assert s.joules_per_call > 0 and s.sm_mhz > 0 and s.power_w > 0 and 0 <= s.power_capped <= 1
 
 
 def test_device_info():
