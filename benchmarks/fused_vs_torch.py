@@ -34,9 +34,11 @@
     python benchmarks/fused_vs_torch.py [--T 1024,2048,4096,8192,16384] [--B 4] [--NH 12]
                                         [--HS 64] [--repeats 10] [--json results.json]
 
-Times are GPU times of one backward call (attnlab.bench.benchmark: CUDA events, warm-up
-calls, L2 flushed before each repeat; torch: the same with torch.cuda.Event), median of
---repeats, min and max in the JSON. Memory is the GPU memory each method needs at its peak:
+Times are GPU times of one backward call (CUDA events, warm-up calls, L2 flushed before each
+repeat; torch: the same with torch.cuda.Event), median of --repeats, min and max in the JSON.
+The fused methods of one precision are timed interleaved (attnlab.bench.interleaved: A B C A B
+C ...), so that they meet the same clock and power state; the others one after another
+(attnlab.bench.benchmark). Memory is the GPU memory each method needs at its peak:
 for attnlab the bytes of all the buffers a method uses (bytes_needed; fused_bytes_needed + extra_bytes_needed) and, measured,
 the drop in free memory when they are allocated; for torch, torch.cuda.max_memory_allocated
 over building q, k, v, dout, the forward and one backward (after reset_peak_memory_stats).
@@ -145,6 +147,7 @@ def run_fused(inp, dout, B, T, C, NH, repeats):
             res[m] = {"status": "does not fit", "buffer_bytes": need, "reason": str(e)}
         return res, dinps
     measured = free_before - free_memory()[0]
+    runs = {}                                 # name -> (kernel, tf32, forward Timing)
     with buf:
         buf.set("inp", inp)
         buf.set("dout", dout)
@@ -153,21 +156,30 @@ def run_fused(inp, dout, B, T, C, NH, repeats):
             if why:
                 res[name] = {"status": "unsupported", "reason": why}
                 continue
-            t0 = time.perf_counter()
             fused.fused_forward(buf, tf32)
             fused.fused_backward(buf, tf32, kernel)
             dinps[name] = buf.get("dinp")
             forward = bench.benchmark(lambda: fused.fused_forward(buf, tf32), repeats=3, warmup=1)
+            runs[name] = (kernel, tf32, forward)
+        # each precision's backwards interleaved, after a forward in that precision: a drift of
+        # the GPU's clock or power state falls on all of them alike
+        for tf32 in (False, True):
+            group = {n: (lambda k=k, t=tf32: fused.fused_backward(buf, t, k))
+                     for n, (k, t, _) in runs.items() if t == tf32}
+            if not group:
+                continue
+            t0 = time.perf_counter()
             fused.fused_forward(buf, tf32)
-            t = bench.benchmark(lambda: fused.fused_backward(buf, tf32, kernel),
-                                repeats=repeats, warmup=WARMUP)
-            res[name] = dict(status="ok", buffer_bytes=need + fused.extra_bytes_needed(B, T, C, NH, kernel),
-                             measured_bytes=measured,
-                             forward_median_ms=forward.median_ms,
-                             tflops=counts.fused_flops(B, T, NH, C // NH) / t.median_ms / 1e9,
-                             **timing_dict(t))
-            log(f"  {name}: {t.median_ms:10.3f} ms  (forward {forward.median_ms:.3f} ms; "
-                f"{time.perf_counter() - t0:.1f} s)")
+            for name, t in bench.interleaved(group, repeats=repeats, warmup=WARMUP).items():
+                kernel, _, forward = runs[name]
+                res[name] = dict(status="ok", buffer_bytes=need + fused.extra_bytes_needed(B, T, C, NH, kernel),
+                                 measured_bytes=measured,
+                                 forward_median_ms=forward.median_ms,
+                                 tflops=counts.fused_flops(B, T, NH, C // NH) / t.median_ms / 1e9,
+                                 **timing_dict(t))
+                log(f"  {name}: {t.median_ms:10.3f} ms  (forward {forward.median_ms:.3f} ms)")
+            log(f"  ({'TF32' if tf32 else 'fp32'} backwards interleaved: {time.perf_counter() - t0:.1f} s)")
+    res = {name: res[name] for name in FUSED_METHODS if name in res}     # the table's order
     return res, dinps
 
 
