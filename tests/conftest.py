@@ -1,5 +1,6 @@
 """Shared pytest set-up: GPU tests are skipped, with the reason, where there is no GPU; the
-fixtures ``forbid_gpu`` (any GPU use fails the test) and ``no_gpu`` (this process sees none);
+fixtures ``forbid_gpu`` (any GPU use fails the test), ``no_gpu`` (this process sees none) and
+``fake_fused_buffers`` (FusedBuffers that hold nothing, for tests that replace the kernels too);
 under pytest-xdist, a test that measures the GPU's free memory runs while no other worker runs
 a GPU test."""
 import contextlib
@@ -7,6 +8,7 @@ import fcntl
 import os
 import tempfile
 
+import numpy as np
 import pytest
 
 from attnlab import bench, device, gemm, kernels
@@ -38,6 +40,32 @@ def forbid_gpu(monkeypatch):
     monkeypatch.setattr(gemm, "_handle", None)
     monkeypatch.setattr(gemm, "_cublas", None)
     monkeypatch.setattr(kernels, "load", touched)
+
+
+class FakeFusedBuffers:
+    """fused.FusedBuffers without a GPU, for tests that replace the kernels too: holds nothing,
+    gives zeros."""
+    def __init__(self, *shape):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set(self, name, value):
+        pass
+
+    def get(self, name):
+        return np.zeros(4, np.float32)
+
+
+@pytest.fixture
+def fake_fused_buffers(monkeypatch):
+    """fused.FusedBuffers replaced by FakeFusedBuffers."""
+    from attnlab import fused
+    monkeypatch.setattr(fused, "FusedBuffers", FakeFusedBuffers)
 
 
 @pytest.fixture

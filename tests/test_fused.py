@@ -675,27 +675,10 @@ def test_wgmma_kernels_are_refused_off_hopper_before_allocating(monkeypatch, cap
         fused.gpu_fused_backward(dout, inp, 3, tf32=True, kernel=11)
 
 
-def test_sanitize_steps_run_tf32_only_kernels_in_tf32_only(monkeypatch, capsys):
+def test_sanitize_steps_run_tf32_only_kernels_in_tf32_only(monkeypatch, capsys, fake_fused_buffers):
     """Under the sanitizer each fused kernel runs in each precision it has that this GPU runs:
     on an H200 kernel 12 in TF32 only; on an A100 not at all, saying why on stderr."""
     ran = []
-
-    class Buffers:
-        def __init__(self, *shape):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def set(self, name, value):
-            pass
-
-        def get(self, name):
-            return np.zeros(4, np.float32)
-    monkeypatch.setattr(fused, "FusedBuffers", Buffers)
     monkeypatch.setattr(fused, "fused_forward", lambda buf, tf32: None)
     monkeypatch.setattr(fused, "fused_backward",
                         lambda buf, tf32, kernel: ran.append((kernel, tf32)))
