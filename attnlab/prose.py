@@ -108,6 +108,9 @@ KERNEL_HEADER_DECLARED = {
         "32 KiB": "derived: half a query tile, 2 x 64 x 64 floats of 4 bytes"},
     "flash_attention15.cu": {
         "256 bytes": "derived: one query's row of dQ, 64 floats of 4 bytes"},
+    "flash_attention20.cu": {
+        "256 threads": _TWO_WARPGROUPS,
+        "132 blocks": "one block per SM (kernel 19's launch bounds), on the H200's 132 SMs (device_info(), notebook 00)"},
     "flash_attention19.cu": {
         "256 threads": _TWO_WARPGROUPS,
         "32 KiB": "derived: kernel 17's K^T tile, 128 keys x 64 floats of 4 bytes"},
