@@ -90,6 +90,23 @@ def _check_fn(name, fn):
                          f"got {type(fn).__name__} {fn!r}")
 
 
+def _check_fns(fns):
+    """fns: a non-empty dict of name -> callable (interleaved, sustained)."""
+    if not isinstance(fns, dict) or not fns:
+        raise InputError(f"fns must be a non-empty dict of name -> function, got {fns!r}")
+    for name, fn in fns.items():
+        _check_fn(f"fns[{name!r}]", fn)
+
+
+def _warm_up(fns, warmup):
+    """Call each of fns ``warmup`` times, then wait for the GPU."""
+    import pycuda.driver as cuda
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    cuda.Context.synchronize()
+
+
 def interleaved(fns, repeats=20, warmup=2, flush_l2=True, flush="read"):
     """Time several pieces of GPU work in turns (A B A B ...): {name: Timing}.
 
@@ -97,20 +114,14 @@ def interleaved(fns, repeats=20, warmup=2, flush_l2=True, flush="read"):
     cache is flushed (``flush``: "read" or "memset", see L2Flusher) unless ``flush_l2`` is
     False; the flush is outside the two events.
     """
-    if not isinstance(fns, dict) or not fns:
-        raise InputError(f"fns must be a non-empty dict of name -> function, got {fns!r}")
-    for name, fn in fns.items():
-        _check_fn(f"fns[{name!r}]", fn)
+    _check_fns(fns)
     repeats = check_int("repeats", repeats)
     warmup = check_int("warmup", warmup, minimum=0)
     if flush_l2 and flush not in FLUSHES:
         raise InputError(f"flush must be one of {FLUSHES}, got {flush!r}")
     context()
     import pycuda.driver as cuda
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    cuda.Context.synchronize()
+    _warm_up(fns, warmup)
     flusher = L2Flusher(flush) if flush_l2 else None
     start, stop = cuda.Event(), cuda.Event()
     times = {name: [] for name in fns}
@@ -265,10 +276,7 @@ def sustained(fns, seconds=4.0, rounds=2, window=10, warmup=2):
     sustained load a GPU may run at its power cap, where a call's time is its energy over the
     cap: compare with ``interleaved`` (single calls, L2 flushed)."""
     from . import power
-    if not isinstance(fns, dict) or not fns:
-        raise InputError(f"fns must be a non-empty dict of name -> function, got {fns!r}")
-    for name, fn in fns.items():
-        _check_fn(f"fns[{name!r}]", fn)
+    _check_fns(fns)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
         raise InputError(f"seconds must be a number > 0, got {seconds!r}")
     rounds, window = check_int("rounds", rounds), check_int("window", window)
@@ -276,10 +284,7 @@ def sustained(fns, seconds=4.0, rounds=2, window=10, warmup=2):
     context()
     import time
     import pycuda.driver as cuda
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    cuda.Context.synchronize()
+    _warm_up(fns, warmup)
     bus = cuda.Device(0).pci_bus_id()      # NVML's numbering of the GPUs is not CUDA's
     events = [cuda.Event() for _ in range(window + 1)]
     got = {name: {"windows": [], "calls": 0, "mj": 0, "samples": []} for name in fns}

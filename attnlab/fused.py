@@ -276,11 +276,12 @@ def prep_of(version):
     return PREP_SOURCE, PREP_THREADS
 
 
-def reread_bytes_per_head(T):
-    """The bytes every block of one (b, h) reads or adds into, in a TILED, DQ_TILED kernel: the
-    query tiles (query_tiles_shape), the dQ tiles and lse and D (T floats each)."""
-    floats = np.prod(query_tiles_shape(1, T, 1)) + n_tiles(T) * TILE * HEAD_SIZES[0] + 2 * T
-    return 4 * int(floats)
+def reread_bytes_per_head(T, kernel=GROUPED[0]):
+    """The bytes every block of one (b, h) reads or adds into, in DQ_TILED kernel ``kernel``: its
+    own buffers (kernel_buffer_shapes: the query tiles and the dQ tiles) and lse and D (T floats
+    each)."""
+    own = kernel_buffer_shapes(1, T, HEAD_SIZES[0], 1, kernel)
+    return 4 * int(sum(np.prod(shape) for shape in own.values()) + 2 * T)
 
 
 def heads_at_once(B, T, NH, l2_bytes):
