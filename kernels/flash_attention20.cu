@@ -2,12 +2,12 @@
 //
 // WHAT CHANGED from kernel 19 (flash_attention19.cu), and why it should be faster. Every block of
 // one (b, h) reads the same query tiles (Q and dO in four layouts, 64 KiB per 64 queries) and adds
-// into the same dQ tiles (16 KiB). Kernel 19's grid is (B*NH, key tiles). Blocks were seen to
-// start in the order x, then y (CUDA does not promise it), so the 132 blocks in flight hold key
-// tiles 0 and 1 of every head and key tile 2 of 36 heads. At T=16384 a head's 128 key tiles read
-// its query tiles at different times over the whole call, and the heads' 20 MiB each, 48 of them,
-// do not fit in the 60 MiB L2: a tile is likely gone from L2 before the next block of its head
-// reads it. Here the grid is (G, key tiles, B*NH / G): the blocks in flight are the key tiles of
+// into the same dQ tiles (16 KiB). Kernel 19's grid is (B*NH, key tiles). If blocks start in
+// the order x, then y (CUDA does not promise an order; none was recorded), the 132 blocks in
+// flight hold key tiles 0 and 1 of every head and key tile 2 of 36 heads. At T=16384 a head's 128
+// key tiles read its query tiles at different times over the whole call, and the heads' 20 MiB
+// each, 48 of them, do not fit in the 60 MiB L2: a tile is likely gone from L2 before the next
+// block of its head reads it. Here the grid is (G, key tiles, B*NH / G): the blocks in flight are the key tiles of
 // G heads, the longest first within them, and G is chosen (attnlab/fused.py, heads_at_once) so
 // that G heads' query and dQ tiles fit in L2. Nothing else changes: each block does kernel 19's
 // work on its own (b, h), bit for bit.
