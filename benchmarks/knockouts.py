@@ -104,19 +104,22 @@ def measure_tiled(T, variants, repeats):
                 "q3_ms": float(t.quartiles_ms[1])} for n, t in timings.items()}
 
 
-def sass_counts(kernel, ops=None):
+def sass_counts(kernel, ops=None, replacements=()):
     """{opcode: count} of each of ``ops`` in kernel ``kernel``'s flash_backward SASS (sm_90a;
     an opcode counts its variants, BAR.SYNC includes BAR.SYNC.DEFER_BLOCKING; ops=None: every
-    opcode as it is spelled), or None without cuobjdump."""
+    opcode as it is spelled), or None without cuobjdump. With ``replacements``, of that variant
+    (variant_source) instead of the kernel's file."""
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
+        cubin, source = Path(tmp) / "k.cubin", kernels.kernel_path(f"flash_attention{kernel}")
+        if replacements:
+            source = Path(tmp) / "variant.cu"
+            source.write_text(variant_source(kernel, replacements))
         subprocess.run([kernels.require_nvcc(), "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
                         *kernels.nvcc_options({"HEAD_SIZE": 64, "TF32": int(fused.precisions(kernel)[-1])}),
-                        f"-I{kernels.KERNEL_DIR}",
-                        "-o", str(cubin), str(kernels.kernel_path(f"flash_attention{kernel}"))],
+                        f"-I{kernels.KERNEL_DIR}", "-o", str(cubin), str(source)],
                        check=True, capture_output=True)
         sass = subprocess.run([cuobjdump, "-sass", "-fun", "flash_backward", str(cubin)],
                               check=True, capture_output=True, text=True).stdout
