@@ -35,6 +35,11 @@ __device__ __forceinline__ uint64_t wg_desc(const float* p, int cols) {
          | ((uint64_t)(((32 * cols) & 0x3FFFF) >> 4) << 32);
 }
 
+// The descriptor of the tile k steps of 8 columns (k x 256 bytes) further than desc's: only the
+// address field (bits 0-13, bytes / 16) grows, by 16 k, and as every shared address is below 2^18
+// it never carries out of that field. An add, where wg_desc(p + 64 k, cols) converts and masks.
+__device__ __forceinline__ uint64_t wg_desc_step(uint64_t desc, int k) { return desc + 16 * k; }
+
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>

@@ -329,8 +329,8 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
-        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20)}, 18: ("flash_attention18", 128)}
-    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256}.items():
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21)}, 18: ("flash_attention18", 128)}
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -753,7 +753,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20)
+    assert fused.PINGPONG == (19, 20, 21)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -824,5 +824,31 @@ def test_kernel_20_in_any_group_size_computes_kernel_19_s_gradients(G, monkeypat
     C = problem.C
     assert np.array_equal(dinp[..., C:].view(np.uint32), k19[..., C:].view(np.uint32))
     assert np.abs(dinp[..., :C] - k19[..., :C]).max() <= 1e-5 * np.abs(k19).max()
+    report = compare(dinp, problem.dinp, "dinp", fused.FUSED_TOLERANCES["tf32"]["dinp"])
+    assert report.ok, str(report)
+
+
+def test_kernel_21_launches_as_kernel_20():
+    """Kernel 21 changes how its products' descriptors are made, nothing else: the same grid,
+    block and shared memory as kernel 20 at every T, the same buffers and the same prep."""
+    for T in (1, 1031, 4096, 16384):
+        assert fused.fused_launch(4, T, 12, True, 21, l2_bytes=H200_L2) == fused.fused_launch(4, T, 12, True, 20, l2_bytes=H200_L2)
+        assert fused.kernel_buffer_shapes(4, T, 64, 12, 21) == fused.kernel_buffer_shapes(4, T, 64, 12, 20)
+    assert fused.prep_of(21) == fused.prep_of(20) and 21 in fused.GROUPED
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, T, C, NH", [(2, 1031, 192, 3), (4, 1024, 768, 12)])
+def test_kernel_21_computes_kernel_20_s_gradients(B, T, C, NH):
+    """The same products through descriptors made another way: dK and dV bit-identical to
+    kernel 20's (one writer each), dQ within rounding (bulk reductions add in any order), and
+    the whole dinp within the TF32 tolerance of the CPU reference."""
+    from attnlab import compare, make_problem
+    skip_unless_supported(True, 21)
+    problem = make_problem(B=B, T=T, C=C, NH=NH)
+    k20 = run_fused(problem, True, 20)[1]
+    dinp = run_fused(problem, True, 21)[1]
+    assert np.array_equal(dinp[..., C:].view(np.uint32), k20[..., C:].view(np.uint32))
+    assert np.abs(dinp[..., :C] - k20[..., :C]).max() <= 1e-5 * np.abs(k20).max()
     report = compare(dinp, problem.dinp, "dinp", fused.FUSED_TOLERANCES["tf32"]["dinp"])
     assert report.ok, str(report)
