@@ -14,8 +14,10 @@
 // of them from the stretch that issues the products: a warpgroup's turn at the tensor cores
 // should be shorter, and every step issues fewer instructions. The products read the same bytes
 // through the same descriptors, so dK and dV are kernel 20's bit for bit.
-// Measured: not yet (prediction in docs/fused-speed.md, twelfth session: 0 to 5 % faster in
-// bursts at T >= 4096, less energy per call back to back).
+// Measured (H200, results/h200/fused_ladder_20.json, beside kernel 20 in one run): the whole
+// backward faster in single calls at T=1024 and 4096 (0.136 against 0.141 ms, 1.136 against
+// 1.163), not resolved at 16384; back to back faster at 1024, 4096 and 16384 (16.246 against
+// 16.401 ms). The prediction (0 to 5 % in bursts at T >= 4096) held at 4096 (2.3 %).
 //
 // Launch geometry (attnlab/fused.py): kernel 20's: a block of 256 threads per 128 keys, one block
 // per SM, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
