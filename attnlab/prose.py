@@ -110,7 +110,11 @@ KERNEL_HEADER_DECLARED = {
         "256 bytes": "derived: one query's row of dQ, 64 floats of 4 bytes"},
     "flash_attention20.cu": {
         "256 threads": _TWO_WARPGROUPS,
-        "132 blocks": "one block per SM (kernel 19's launch bounds), on the H200's 132 SMs (device_info(), notebook 00)"},
+        "132 blocks": "one block per SM (kernel 19's launch bounds), on the H200's 132 SMs (device_info(), notebook 00)",
+        "1.45 GB": "Nsight Compute, dram__bytes_read.sum of kernel 20's flash_backward, one call at B=4 T=16384 "
+                   "(results/h200/experiments/k20_dram.txt)",
+        "36.54": "Nsight Compute, dram__bytes_read.sum of kernel 19's flash_backward in GB, one call at B=4 T=16384 "
+                 "(results/h200/experiments/k20_dram.txt)"},
     "flash_attention19.cu": {
         "256 threads": _TWO_WARPGROUPS,
         "32 KiB": "derived: kernel 17's K^T tile, 128 keys x 64 floats of 4 bytes"},
