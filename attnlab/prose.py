@@ -115,6 +115,9 @@ KERNEL_HEADER_DECLARED = {
                    "(results/h200/experiments/k20_dram.txt)",
         "36.54": "Nsight Compute, dram__bytes_read.sum of kernel 19's flash_backward in GB, one call at B=4 T=16384 "
                  "(results/h200/experiments/k20_dram.txt)"},
+    "flash_attention21.cu": {
+        "13.0": "the CUDA toolkit that compiled the counted SASS (nvcc 13.0; results/h200/experiments/k20_energy_sass.txt)",
+        "2.3 %": "derived: kernel 20 / kernel 21 at T=4096 in single calls, 1.163 / 1.136 ms (results/h200/fused_ladder_20.json)"},
     "flash_attention19.cu": {
         "256 threads": _TWO_WARPGROUPS,
         "32 KiB": "derived: kernel 17's K^T tile, 128 keys x 64 floats of 4 bytes"},
