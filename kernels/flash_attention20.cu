@@ -13,8 +13,9 @@
 // work on its own (b, h), bit for bit.
 // Measured (docs/fused-speed.md): back to back at T=16384, where the H200 holds its 700 W cap, the
 // grouped order ran at a higher clock and less energy per call, so faster; it reads far less from
-// HBM (Nsight Compute, one call at T=16384: 1.45 GB against kernel 19's 36.54). In single calls it was faster at T=1024 and 2048, not
-// resolved at 4096, slower at 8192 and 16384. Where all heads fit in L2, G is all of them.
+// HBM (Nsight Compute, one call at T=16384: 1.45 GB against kernel 19's 36.54). In single calls
+// it was faster at T=1024 and 2048, not resolved at 4096, slower at 8192 and 16384. Where all
+// heads fit in L2, G is all of them.
 //
 // Launch geometry (attnlab/fused.py): a block of 256 threads per 128 keys, one block per SM, as
 // kernel 19, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
