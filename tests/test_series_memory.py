@@ -48,8 +48,8 @@ kernels._module.cache_clear()
 """ + PROBE
 
 
-def test_there_are_21_notebooks():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(21)]
+def test_there_are_22_notebooks():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(22)]
 
 
 @pytest.mark.gpu
