@@ -17,7 +17,9 @@
 // Measured (H200, results/h200/fused_ladder_20.json, beside kernel 20 in one run): the whole
 // backward faster in single calls at T=1024 and 4096 (0.136 against 0.141 ms, 1.136 against
 // 1.163), not resolved at 16384; back to back faster at 1024, 4096 and 16384 (16.246 against
-// 16.401 ms). The prediction (0 to 5 % in bursts at T >= 4096) held at 4096 (2.3 %).
+// 16.401 ms); 2.3 % less time at 4096 in single calls. The prediction (0 to 5 % for flash_backward
+// alone in bursts at T >= 4096; results/h200/experiments/k20_energy.json) was not resolved at 4096
+// and held at 16384 (1.005 times).
 //
 // Launch geometry (attnlab/fused.py): kernel 20's: a block of 256 threads per 128 keys, one block
 // per SM, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
