@@ -43,7 +43,8 @@ METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
            ("k11 fp32", 11, False), ("k11 tf32", 11, True), ("k12 tf32", 12, True),
            ("k13 tf32", 13, True), ("k14 tf32", 14, True), ("k15 tf32", 15, True),
            ("k16 tf32", 16, True), ("k17 tf32", 17, True), ("k18 fp32", 18, False), ("k19 tf32", 19, True),
-           ("k20 tf32", 20, True), ("k21 tf32", 21, True))
+           ("k20 tf32", 20, True), ("k21 tf32", 21, True),
+           ("k22 tf32", 22, True))
 # Tensor-core flops a method executes per counted flop (counts.fused_flops, FlashAttention's
 # count: 5 products): the deterministic kernels do 7 tile products (S and dP again in the dQ
 # blocks), and 3xTF32 does 3 mma per product. None: CUDA cores. (The whole diagonal tiles,
@@ -53,7 +54,7 @@ EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / _K, "k10 fp32": 3 * 7 / 
                         "k10 tf32": 7 / _K, "k11 fp32": 3.0, "k11 tf32": 1.0, "k12 tf32": 1.0, "k13 tf32": 1.0,
                         "k14 tf32": 1.0, "k15 tf32": 1.0, "k16 tf32": 1.0,
                         "k17 tf32": 1.0, "k18 fp32": 3.0, "k19 tf32": 1.0, "k20 tf32": 1.0,
-                        "k21 tf32": 1.0}
+                        "k21 tf32": 1.0, "k22 tf32": 1.0}
 TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
 
 

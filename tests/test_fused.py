@@ -329,8 +329,8 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
-        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21)}, 18: ("flash_attention18", 128)}
-    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256}.items():
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22)}, 18: ("flash_attention18", 128)}
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -753,7 +753,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21)
+    assert fused.PINGPONG == (19, 20, 21, 22)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -853,3 +853,24 @@ def test_kernel_21_computes_kernel_20_s_gradients(B, T, C, NH):
     skip_unless_supported(True, 21)
     problem = make_problem(B=B, T=T, C=C, NH=NH)
     assert_same_gradients_but_dq_order(run_fused(problem, True, 21)[1], run_fused(problem, True, 20)[1], problem)
+
+
+def test_kernel_22_launches_as_kernel_21():
+    """Kernel 22 changes when a warpgroup waits for its products, nothing else: the same grid,
+    block and shared memory as kernel 21 at every T, the same buffers and the same prep."""
+    for T in (1, 1031, 4096, 16384):
+        assert fused.fused_launch(4, T, 12, True, 22, l2_bytes=H200_L2) == fused.fused_launch(4, T, 12, True, 21, l2_bytes=H200_L2)
+        assert fused.kernel_buffer_shapes(4, T, 64, 12, 22) == fused.kernel_buffer_shapes(4, T, 64, 12, 21)
+    assert fused.prep_of(22) == fused.prep_of(21) and 22 in fused.GROUPED
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, T, C, NH", [(2, 1, 192, 3), (2, 65, 192, 3), (2, 1031, 192, 3), (4, 1024, 768, 12)])
+def test_kernel_22_computes_kernel_21_s_gradients(B, T, C, NH):
+    """The same products in the same order, only waited for later: dK and dV bit-identical to
+    kernel 21's, dQ within rounding, the whole dinp within the TF32 tolerance of the CPU
+    reference; T = 1 and 65 have one and two query tiles, so a block's last tile is its first."""
+    from attnlab import make_problem
+    skip_unless_supported(True, 22)
+    problem = make_problem(B=B, T=T, C=C, NH=NH)
+    assert_same_gradients_but_dq_order(run_fused(problem, True, 22)[1], run_fused(problem, True, 21)[1], problem)
