@@ -515,12 +515,15 @@ def plot_stages_against_floors(measured, floors_ms, title, unit="ms"):
 
 # ---- notebook 14: when each copy of a query tile is issued, and when it must have landed
 
-def plot_copy_schedule(rows, title):
+def plot_copy_schedule(rows, title, xlabel=None, after="next step"):
     """One tile step of each kernel as a row of phases (``phases`` = [(name, start, end)] in
     units of a step; a schematic, not to scale) and its copies as arrows from where they are
     issued to where the products need them (``copies`` = [(name, issued, needed)], needed >
     issued; a copy needed past 1 is for the next step). ``rows`` = [{label, phases, copies,
-    note}]: ``note`` (the count: instructions per step) is written under the row."""
+    note}]: ``note`` (the count: instructions per step) is written under the row. Any other
+    span of work can be drawn the same way: ``xlabel`` says what the axis is, ``after`` what
+    follows at 1, and the arrows are then whatever must happen before what (a register freed
+    before a product may overwrite it)."""
     from .errors import InputError
     for r in rows:
         for name, issued, needed in r["copies"]:
@@ -538,7 +541,7 @@ def plot_copy_schedule(rows, title):
                     edgecolor="black", linewidth=0.5)
             ax.text((start + end) / 2, y, name, ha="center", va="center", fontsize=8)
         ax.barh(y, 0.25, left=1.0, height=0.5, color="white", edgecolor="grey", linestyle=":")
-        ax.text(1.125, y, "next step", ha="center", va="center", fontsize=8, color="grey")
+        ax.text(1.125, y, after, ha="center", va="center", fontsize=8, color="grey", wrap=True)
         for k, (name, issued, needed) in enumerate(r["copies"]):
             h = y - 0.45 - 0.3 * (len(r["copies"]) - 1 - k)   # the first copy on top
             ax.annotate("", xy=(needed, h), xytext=(issued, h),
@@ -548,6 +551,6 @@ def plot_copy_schedule(rows, title):
     ax.set_yticks([2 * i for i in range(len(rows))], [r["label"] for r in rows])
     ax.set_ylim(2 * len(rows) - 1.3, -1.2)      # inverted: the first row on top, its arrows above it
     ax.set_xlim(-0.45, 1.3)
-    ax.set_xlabel("one tile step (schematic: where each copy is issued → where it must have landed)")
+    ax.set_xlabel(xlabel or "one tile step (schematic: where each copy is issued → where it must have landed)")
     ax.set_title(title)
     return fig

@@ -33,3 +33,16 @@ def test_a_copy_needed_before_it_is_issued_is_refused():
     bad = [{**ROWS[0], "copies": [("next Q, dO", 0.8, 0.5)]}]
     with pytest.raises(InputError, match="'next Q, dO' is needed at 0.5, not after it is issued at 0.8"):
         plots.plot_copy_schedule(bad, "copies")
+
+
+def test_another_span_of_work_says_what_its_axis_is_and_what_follows():
+    """Notebook 22 draws one turn at the tensor cores with the same function: its own axis
+    label and what follows the span, instead of the copy schedule's."""
+    turn = [{"label": "kernel 21", "phases": [("dK", 0.0, 0.4), ("idle", 0.4, 0.5), ("S^T", 0.5, 1.0)],
+             "note": "1 wait_group 0", "copies": [("s free", 0.4, 0.5)]}]
+    ax = plots.plot_copy_schedule(turn, "a turn", xlabel="one turn (schematic)", after="other turn").axes[0]
+    assert ax.get_xlabel() == "one turn (schematic)"
+    texts = [t.get_text() for t in ax.texts]
+    assert "other turn" in texts and "next step" not in texts
+    default = plots.plot_copy_schedule(ROWS, "copies").axes[0]
+    assert default.get_xlabel().startswith("one tile step") and "next step" in [t.get_text() for t in default.texts]
