@@ -15,8 +15,9 @@
 // kernel 21 this file writes out, beside kernel 21 in one run): flash_backward alone 4.5 % faster
 // at T=4096 (0.9470 against 0.9920 ms) and 4.4 % at 16384 (14.2249 against 14.8788); the whole
 // backward at 16384 14.8583 against 15.5794 ms, back to back 15.2018 against 15.8419 at 10.6
-// against 11.1 J a call; not resolved at T=1024 and 2048. Predicted: 1 to 3.5 % at T=16384 in
-// bursts, not resolved back to back.
+// against 11.1 J a call; not resolved at T=1024 and 2048 (a second H100 run and the whole call
+// beside kernels 19 and 21: results/h100/, docs/fused-speed.md). Predicted: 1 to 3.5 % at
+// T=16384 in bursts, not resolved back to back. Not yet run on the H200.
 //
 // Launch geometry (attnlab/fused.py): kernel 21's: a block of 256 threads per 128 keys, one block
 // per SM, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
