@@ -834,13 +834,15 @@ def test_kernel_20_in_any_group_size_computes_kernel_19_s_gradients(G, monkeypat
     assert_same_gradients_but_dq_order(run_fused(problem, True, 20)[1], k19, problem)
 
 
-def test_kernel_21_launches_as_kernel_20():
-    """Kernel 21 changes how its products' descriptors are made, nothing else: the same grid,
-    block and shared memory as kernel 20 at every T, the same buffers and the same prep."""
+@pytest.mark.parametrize("kernel", [21, 22])
+def test_kernel_launches_as_the_one_before(kernel):
+    """Kernel 21 changes how its products' descriptors are made, kernel 22 when a warpgroup
+    waits for its products, nothing else: the same grid, block and shared memory as the kernel
+    before at every T, the same buffers and the same prep."""
     for T in (1, 1031, 4096, 16384):
-        assert fused.fused_launch(4, T, 12, True, 21, l2_bytes=H200_L2) == fused.fused_launch(4, T, 12, True, 20, l2_bytes=H200_L2)
-        assert fused.kernel_buffer_shapes(4, T, 64, 12, 21) == fused.kernel_buffer_shapes(4, T, 64, 12, 20)
-    assert fused.prep_of(21) == fused.prep_of(20) and 21 in fused.GROUPED
+        assert fused.fused_launch(4, T, 12, True, kernel, l2_bytes=H200_L2) == fused.fused_launch(4, T, 12, True, kernel - 1, l2_bytes=H200_L2)
+        assert fused.kernel_buffer_shapes(4, T, 64, 12, kernel) == fused.kernel_buffer_shapes(4, T, 64, 12, kernel - 1)
+    assert fused.prep_of(kernel) == fused.prep_of(kernel - 1) and kernel in fused.GROUPED
 
 
 @pytest.mark.gpu
@@ -853,15 +855,6 @@ def test_kernel_21_computes_kernel_20_s_gradients(B, T, C, NH):
     skip_unless_supported(True, 21)
     problem = make_problem(B=B, T=T, C=C, NH=NH)
     assert_same_gradients_but_dq_order(run_fused(problem, True, 21)[1], run_fused(problem, True, 20)[1], problem)
-
-
-def test_kernel_22_launches_as_kernel_21():
-    """Kernel 22 changes when a warpgroup waits for its products, nothing else: the same grid,
-    block and shared memory as kernel 21 at every T, the same buffers and the same prep."""
-    for T in (1, 1031, 4096, 16384):
-        assert fused.fused_launch(4, T, 12, True, 22, l2_bytes=H200_L2) == fused.fused_launch(4, T, 12, True, 21, l2_bytes=H200_L2)
-        assert fused.kernel_buffer_shapes(4, T, 64, 12, 22) == fused.kernel_buffer_shapes(4, T, 64, 12, 21)
-    assert fused.prep_of(22) == fused.prep_of(21) and 22 in fused.GROUPED
 
 
 @pytest.mark.gpu
