@@ -846,24 +846,15 @@ def test_kernel_launches_as_the_one_before(kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B, T, C, NH", [(2, 1031, 192, 3), (4, 1024, 768, 12)])
-def test_kernel_21_computes_kernel_20_s_gradients(B, T, C, NH):
-    """The same products through descriptors made another way: dK and dV bit-identical to
-    kernel 20's (one writer each), dQ within rounding (bulk reductions add in any order), and
-    the whole dinp within the TF32 tolerance of the CPU reference."""
+@pytest.mark.parametrize("kernel, B, T, C, NH", [(21, 2, 1031, 192, 3), (21, 4, 1024, 768, 12),
+                                                 (22, 2, 1, 192, 3), (22, 2, 65, 192, 3), (22, 2, 1031, 192, 3), (22, 4, 1024, 768, 12)])
+def test_kernel_computes_the_one_before_s_gradients(kernel, B, T, C, NH):
+    """Kernel 21 (descriptors made another way) and kernel 22 (its products waited for later)
+    compute the kernel before's products in the same order: dK and dV bit-identical to it (one
+    writer each), dQ within rounding (bulk reductions add in any order), the whole dinp within the
+    TF32 tolerance of the CPU reference. T = 1 and 65 have one and two query tiles, so a block's
+    last tile is its first."""
     from attnlab import make_problem
-    skip_unless_supported(True, 21)
+    skip_unless_supported(True, kernel)
     problem = make_problem(B=B, T=T, C=C, NH=NH)
-    assert_same_gradients_but_dq_order(run_fused(problem, True, 21)[1], run_fused(problem, True, 20)[1], problem)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("B, T, C, NH", [(2, 1, 192, 3), (2, 65, 192, 3), (2, 1031, 192, 3), (4, 1024, 768, 12)])
-def test_kernel_22_computes_kernel_21_s_gradients(B, T, C, NH):
-    """The same products in the same order, only waited for later: dK and dV bit-identical to
-    kernel 21's, dQ within rounding, the whole dinp within the TF32 tolerance of the CPU
-    reference; T = 1 and 65 have one and two query tiles, so a block's last tile is its first."""
-    from attnlab import make_problem
-    skip_unless_supported(True, 22)
-    problem = make_problem(B=B, T=T, C=C, NH=NH)
-    assert_same_gradients_but_dq_order(run_fused(problem, True, 22)[1], run_fused(problem, True, 21)[1], problem)
+    assert_same_gradients_but_dq_order(run_fused(problem, True, kernel)[1], run_fused(problem, True, kernel - 1)[1], problem)
