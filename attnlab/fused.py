@@ -293,7 +293,14 @@ def reread_bytes_per_head(T, kernel=GROUPED[0]):
 def heads_at_once(B, T, NH, l2_bytes):
     """G, the heads a GROUPED kernel runs at once: the most whose reread_bytes_per_head fit in
     ``l2_bytes`` (the L2 cache), rounded down to a divisor of B*NH (groups of one size), at least 1."""
-    fit = max(1, check_int("l2_bytes", l2_bytes, minimum=0) // reread_bytes_per_head(T))
+    return _heads_at_once(B, T, NH, check_int("l2_bytes", l2_bytes, minimum=0))
+
+
+@functools.lru_cache(maxsize=None)
+def _heads_at_once(B, T, NH, l2_bytes):
+    # remembered per shape: fused_launch asks on every call, before the first launch, and working
+    # it out takes about 10 us of Python on a fast CPU (results/h200/experiments/k22_host_script)
+    fit = max(1, l2_bytes // reread_bytes_per_head(T))
     return max(g for g in range(1, min(fit, B * NH) + 1) if B * NH % g == 0)
 
 
