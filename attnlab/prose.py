@@ -115,6 +115,11 @@ KERNEL_HEADER_DECLARED = {
                    "(results/h200/experiments/k20_dram.txt)",
         "36.54": "Nsight Compute, dram__bytes_read.sum of kernel 19's flash_backward in GB, one call at B=4 T=16384 "
                  "(results/h200/experiments/k20_dram.txt)"},
+    "flash_attention22.cu": {
+        "13.0": "the CUDA toolkit that compiled the counted SASS (nvcc 13.0; results/h200/experiments/k22_sass.txt)",
+        "6.3 %": "derived: 102,251 of 1,623,219 stall samples on kernel 21's WARPGROUP.DEPBAR.LE gsb0, 0x0 at T=16384 "
+                 "(results/h200/experiments/k21_ncu_details.txt; docs/fused-speed.md, fourteenth session)",
+        "3.5 %": "the prediction's upper end, committed before the run in results/h200/experiments/k21_nodrain_script.py.txt"},
     "flash_attention21.cu": {
         "13.0": "the CUDA toolkit that compiled the counted SASS (nvcc 13.0; results/h200/experiments/k20_energy_sass.txt)",
         "2.3 %": "derived: 1 - kernel 21 / kernel 20 at T=4096 in single calls, 1 - 1.136 / 1.163 ms (results/h200/fused_ladder_20.json)",

@@ -11,13 +11,12 @@
 // (wait_group 1: S^T may still run). So S^T queues behind dK and dP^T behind S^T, and the turn
 // ends at its last issue. The same products in the same order: dK and dV are kernel 21's bit for
 // bit. 254 registers (kernel 21: 238), no spills (nvcc 13.0, sm_90a).
-// Measured (an H100, the H200 not lent; results/h100/experiments/k21_nodrain.json, the edit of
-// kernel 21 this file writes out, beside kernel 21 in one run): flash_backward alone 4.5 % faster
-// at T=4096 (0.9470 against 0.9920 ms) and 4.4 % at 16384 (14.2249 against 14.8788); the whole
-// backward at 16384 14.8583 against 15.5794 ms, back to back 15.2018 against 15.8419 at 10.6
-// against 11.1 J a call; not resolved at T=1024 and 2048 (a second H100 run and the whole call
-// beside kernels 19 and 21: results/h100/, docs/fused-speed.md). Predicted: 1 to 3.5 % at
-// T=16384 in bursts, not resolved back to back. Not yet run on the H200.
+// Measured on the H200 (results/h200/experiments/k21_nodrain.json: the edit of kernel 21 that this
+// file writes out, beside kernel 21 in one run): flash_backward alone 1.06x faster at T=4096 (0.9504
+// against 1.0044 ms) and 1.09x at 16384 (14.3755 against 15.6730); the whole backward at 16384
+// 14.8367 against 16.1197 ms, and flash_backward back to back 15.0174 against 15.7847 ms at 10.37
+// against 11 J a call; the whole backward at T=1024 not resolved. Predicted: 1 to 3.5 % at T=16384
+// in bursts, not resolved back to back (notebook 22; an H100 first: results/h100/).
 //
 // Launch geometry (attnlab/fused.py): kernel 21's: a block of 256 threads per 128 keys, one block
 // per SM, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
