@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout
 
-from attnlab import fused
+from attnlab import bench, fused
 from attnlab.device import context, device_info
 from knockouts import arguments, compiled, measure_tiled
 
@@ -73,9 +73,9 @@ def main(argv=None):
     for T, rows in report["flash_backward"].items():
         base = rows["kernel 22"]
         for name, r in rows.items():
-            gain = 100 * (1 - r["median_ms"] / base["median_ms"])
-            apart = "not resolved" if r["q3_ms"] >= base["q1_ms"] and r["q1_ms"] <= base["q3_ms"] else \
-                f"{abs(gain):.1f} % {'faster' if gain > 0 else 'slower'}"
+            kind = bench.verdict(base, r)[0]      # the series' rule: IQRs that overlap are not resolved
+            gain = 100 * abs(1 - r["median_ms"] / base["median_ms"])
+            apart = kind if kind == "not resolved" else f"{gain:.1f} % {kind}"
             print(f"  T={T:>5} {name:16} {report['registers'][name]:3} registers {r['median_ms']:9.4f} "
                   f"({r['q1_ms']:.4f}-{r['q3_ms']:.4f}) {'' if name == 'kernel 22' else apart}")
     return 0
