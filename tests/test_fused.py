@@ -799,7 +799,9 @@ def test_kernel_20_s_group_is_a_divisor_at_least_one():
 
 @pytest.mark.parametrize("l2, why", [("60 MiB", "l2_bytes must be an int, got str '60 MiB'"),
                                      (60.0 * 2**20, "l2_bytes must be an int, got float 62914560.0"),
-                                     (-1, "l2_bytes must be >= 0, got -1")])
+                                     (-1, "l2_bytes must be >= 0, got -1"),
+                                     # unhashable: refused by name before the remembered plan sees it
+                                     ([60 << 20], "l2_bytes must be an int, got list [62914560]")])
 def test_kernel_20_s_l2_size_is_checked(l2, why):
     with pytest.raises(InputError, match=re.escape(why)):
         fused.fused_launch(4, 1024, 12, True, 20, l2_bytes=l2)
