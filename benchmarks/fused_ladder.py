@@ -36,25 +36,19 @@ from attnlab.errors import InputError
 from attnlab.problem import DEFAULT, SMALL, make_problem
 from attnlab.validate import compare
 
-# (name, fused backward kernel, tf32): "fp32" is kernel 9's CUDA-core variant and kernel 10's
-# 3xTF32 (fp32-accurate on tensor cores); "tf32" one TF32 product.
-METHODS = (("k9 fp32", 9, False), ("k9 tf32", 9, True),
-           ("k10 fp32", 10, False), ("k10 tf32", 10, True),
-           ("k11 fp32", 11, False), ("k11 tf32", 11, True), ("k12 tf32", 12, True),
-           ("k13 tf32", 13, True), ("k14 tf32", 14, True), ("k15 tf32", 15, True),
-           ("k16 tf32", 16, True), ("k17 tf32", 17, True), ("k18 fp32", 18, False), ("k19 tf32", 19, True),
-           ("k20 tf32", 20, True), ("k21 tf32", 21, True),
-           ("k22 tf32", 22, True))
+# (name, fused backward kernel, tf32): every kernel of fused.BACKWARDS in each of its precisions;
+# "fp32" is kernel 9's CUDA-core variant and the others' 3xTF32 (fp32-accurate on tensor cores),
+# "tf32" one TF32 product.
+METHODS = tuple((f"k{k} {'tf32' if tf32 else 'fp32'}", k, tf32)
+                for k in fused.FUSED_KERNELS for tf32 in fused.precisions(k))
 # Tensor-core flops a method executes per counted flop (counts.fused_flops, FlashAttention's
 # count: 5 products): the deterministic kernels do 7 tile products (S and dP again in the dQ
-# blocks), and 3xTF32 does 3 mma per product. None: CUDA cores. (The whole diagonal tiles,
-# 1/n more, are left out here; counts.fused_executed_flops counts them.)
+# blocks), and 3xTF32 does 3 mma per product. None: CUDA cores (kernel 9's fp32). (The whole
+# diagonal tiles, 1/n more, are left out here; counts.fused_executed_flops counts them.)
 _K = counts.FUSED_COUNTED_PRODUCTS
-EXECUTED_PER_COUNTED = {"k9 fp32": None, "k9 tf32": 7 / _K, "k10 fp32": 3 * 7 / _K,
-                        "k10 tf32": 7 / _K, "k11 fp32": 3.0, "k11 tf32": 1.0, "k12 tf32": 1.0, "k13 tf32": 1.0,
-                        "k14 tf32": 1.0, "k15 tf32": 1.0, "k16 tf32": 1.0,
-                        "k17 tf32": 1.0, "k18 fp32": 3.0, "k19 tf32": 1.0, "k20 tf32": 1.0,
-                        "k21 tf32": 1.0, "k22 tf32": 1.0}
+EXECUTED_PER_COUNTED = {name: None if (k, tf32) == (fused.FUSED_KERNEL, False) else
+                        (1 if tf32 else 3) * (7 if fused.DETERMINISTIC[k] else _K) / _K
+                        for name, k, tf32 in METHODS}
 TF32_DENSE_TFLOPS = 494.7   # H100/H200 SXM datasheet, dense TF32 (wgmma); a lead, not measured
 
 

@@ -68,16 +68,10 @@ from attnlab.checks import check_int, parse_list
 from attnlab.device import context, device_info, free_memory
 from attnlab.errors import AttnlabError, GPUMemoryError, InputError
 
-# fused methods: name -> (fused backward kernel, tf32)
-FUSED_METHODS = {"fused fp32": (9, False), "fused tf32": (9, True),
-                 "fused10 fp32": (10, False), "fused10 tf32": (10, True),
-                 "fused11 fp32": (11, False), "fused11 tf32": (11, True),
-                 "fused12 tf32": (12, True), "fused13 tf32": (13, True),
-                 "fused14 tf32": (14, True), "fused15 tf32": (15, True),
-                 "fused16 tf32": (16, True), "fused17 tf32": (17, True),
-                 "fused18 fp32": (18, False), "fused19 tf32": (19, True),
-                 "fused20 tf32": (20, True), "fused21 tf32": (21, True),
-                 "fused22 tf32": (22, True)}
+# fused methods: name -> (fused backward kernel, tf32), every kernel of fused.BACKWARDS in each of
+# its precisions ("fused" alone is kernel 9)
+FUSED_METHODS = {f"fused{'' if k == fused.FUSED_KERNEL else k} {'tf32' if tf32 else 'fp32'}": (k, tf32)
+                 for k in fused.FUSED_KERNELS for tf32 in fused.precisions(k)}
 METHODS = ("k8 fp32", "k8 tf32", *FUSED_METHODS, "torch")
 K8_BLOCK_SIZE = 256
 WARMUP = 2
@@ -321,8 +315,7 @@ def targets(report):
     # issue #14's targets for the Hopper-speed kernels; issue #23's: TF32 >= 265 TFLOP/s at
     # T=16384 and <= 0.11 ms at T=1024, 3xTF32 at <= 0.5x PyTorch fp32's time at every T
     speed_targets(("fused10 tf32", "fused11 tf32", "fused12 tf32", "fused13 tf32"), "target", 0.17, 160)
-    speed_targets(("fused13 tf32", "fused14 tf32", "fused15 tf32", "fused16 tf32", "fused17 tf32", "fused19 tf32",
-                   "fused20 tf32", "fused21 tf32", "fused22 tf32"), "#23 target", 0.11, 265)
+    speed_targets([m for m, (k, tf32) in FUSED_METHODS.items() if tf32 and k >= 13], "#23 target", 0.11, 265)
     def torch_ratio_targets(methods, label, met):
         for m in methods:
             for T in res:
