@@ -10,6 +10,6 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv,nohead
 step() { echo "== $1 $(date -u +%T) (${SECONDS}s)"; }
 step nb22; [ -f notebooks/22_fused_backward_no_drain.ipynb ] || mv drafts/22_fused_backward_no_drain.ipynb notebooks/   # here: git mv
 mkdir -p $OUT/nb; (cd notebooks && timeout 150 python ../tools/execute_notebooks.py --out $OUT/nb 22_fused_backward_no_drain.ipynb 2>&1 | tail -2 && cp $OUT/nb/22_*.ipynb . && timeout 120 python -m pytest --nbval -p no:cacheprovider -q 22_fused_backward_no_drain.ipynb 2>&1 | tail -2) | tee $OUT/nb22.txt
-step onerun; timeout 150 python benchmarks/fused_vs_torch.py --json $OUT/fused_ladder_vs_torch.json > $OUT/fused_ladder_vs_torch.txt 2>&1; grep "#23 target" $OUT/fused_ladder_vs_torch.txt | grep "fused2[0-2]"
+step onerun; timeout 240 python benchmarks/fused_vs_torch.py --json $OUT/fused_ladder_vs_torch.json > $OUT/fused_ladder_vs_torch.txt 2>&1; grep "#23 target" $OUT/fused_ladder_vs_torch.txt | grep "fused2[0-2]"
 for tool in memcheck synccheck initcheck racecheck; do small=; [ $tool = racecheck ] && small=small; step "$tool $small"; timeout 60 compute-sanitizer --tool $tool python results/h200/experiments/k21_sanitize_script.py.txt 22 $small > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -5; done > $OUT/k22_sanitize.txt 2>&1; grep -c "0 errors\|0 hazards" $OUT/k22_sanitize.txt
 step done
