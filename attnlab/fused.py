@@ -5,8 +5,8 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-22, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-22, DQ_TILED,
+          (kernels 13-23, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-23, DQ_TILED,
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
@@ -17,9 +17,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-22 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-23 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-22 run on Hopper's wgmma, 12-17 and 19-22 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-23 run on Hopper's wgmma, 12-17 and 19-23 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -58,8 +58,9 @@ class Backward(NamedTuple):
     # reads Q and dO as ready-made query tiles (the "tiles" buffer), which a flash_backward_prep
     # writes first (with D, from dout as it lies), and writes dinp directly: no do, no dqkvr
     tiled: bool = False
-    # adds dQ by bulk reductions into its own buffer, dq_tiles (one 64 x 64 tile per (b, h) and
-    # query tile, in the order the threads hold it), which its flash_backward_dq writes into dinp
+    # adds dQ into its own buffer, dq_tiles (one 64 x 64 tile per (b, h) and query tile, in the order
+    # the threads hold it; by the copy engine's bulk reductions, kernel 23 by float4 reductions), which
+    # its flash_backward_dq writes into dinp
     dq_tiled: bool = False
     # the mbarriers it keeps in shared memory when the copy engine brings its query tiles (kernels
     # 14-17: Q/dO stage 0 and 1, Q^T/dO^T, and kernel 15's dQ read; kernel 18: Q, dO, Q^T/dO^T;
@@ -112,6 +113,9 @@ BACKWARDS = {
                  dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
     22: Backward("flash_attention22", 128, 256,
                  "kernel 21 whose turn at the tensor cores ends at its last issue, without waiting for its products",
+                 dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+    23: Backward("flash_attention23", 128, 256,
+                 "kernel 22 adding dQ from registers by float4 reductions, not through shared memory and the copy engine",
                  dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).

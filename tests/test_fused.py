@@ -329,8 +329,8 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
-        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22)}, 18: ("flash_attention18", 128)}
-    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256}.items():
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128)}
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -753,7 +753,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -836,11 +836,11 @@ def test_kernel_20_in_any_group_size_computes_kernel_19_s_gradients(G, monkeypat
     assert_same_gradients_but_dq_order(run_fused(problem, True, 20)[1], k19, problem)
 
 
-@pytest.mark.parametrize("kernel", [21, 22])
+@pytest.mark.parametrize("kernel", [21, 22, 23])
 def test_kernel_launches_as_the_one_before(kernel):
     """Kernel 21 changes how its products' descriptors are made, kernel 22 when a warpgroup
-    waits for its products, nothing else: the same grid, block and shared memory as the kernel
-    before at every T, the same buffers and the same prep."""
+    waits for its products, kernel 23 how dQ reaches dq_tiles, nothing else: the same grid, block
+    and shared memory as the kernel before at every T, the same buffers and the same prep."""
     for T in (1, 1031, 4096, 16384):
         assert fused.fused_launch(4, T, 12, True, kernel, l2_bytes=H200_L2) == fused.fused_launch(4, T, 12, True, kernel - 1, l2_bytes=H200_L2)
         assert fused.kernel_buffer_shapes(4, T, 64, 12, kernel) == fused.kernel_buffer_shapes(4, T, 64, 12, kernel - 1)
@@ -849,13 +849,16 @@ def test_kernel_launches_as_the_one_before(kernel):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel, B, T, C, NH", [(21, 2, 1031, 192, 3), (21, 4, 1024, 768, 12),
-                                                 (22, 2, 1, 192, 3), (22, 2, 65, 192, 3), (22, 2, 1031, 192, 3), (22, 4, 1024, 768, 12)])
+                                                 (22, 2, 1, 192, 3), (22, 2, 65, 192, 3), (22, 2, 1031, 192, 3), (22, 4, 1024, 768, 12),
+                                                 (23, 2, 1, 192, 3), (23, 2, 65, 192, 3), (23, 2, 1031, 192, 3), (23, 4, 1024, 768, 12),
+                                                 (23, 1, 4096, 64, 1)])
 def test_kernel_computes_the_one_before_s_gradients(kernel, B, T, C, NH):
-    """Kernel 21 (descriptors made another way) and kernel 22 (its products waited for later)
-    compute the kernel before's products in the same order: dK and dV bit-identical to it (one
-    writer each), dQ within rounding (bulk reductions add in any order), the whole dinp within the
-    TF32 tolerance of the CPU reference. T = 1 and 65 have one and two query tiles, so a block's
-    last tile is its first."""
+    """Kernel 21 (descriptors made another way), kernel 22 (its products waited for later) and
+    kernel 23 (dQ added by float4 reductions) compute the kernel before's products in the same
+    order: dK and dV bit-identical to it (one writer each), dQ within rounding (reductions add in
+    any order), the whole dinp within the TF32 tolerance of the CPU reference. T = 1 and 65 have
+    one and two query tiles, so a block's last tile is its first; at T=4096 the last query tile gets
+    the reductions of 32 key tiles."""
     from attnlab import make_problem
     skip_unless_supported(True, kernel)
     problem = make_problem(B=B, T=T, C=C, NH=NH)
