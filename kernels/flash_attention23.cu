@@ -12,11 +12,12 @@
 // into shared memory a warpgroup step (and the copy engine's 16 KiB read of them), a proxy fence, a
 // barrier, and the wait before dS^T. The same 16 KiB still go to L2, as 1,024 reductions of 16 bytes.
 // Without its dQ and dS stores kernel 22 was 6.3 % faster in single calls (results/h100/experiments/
-// k22_dqpath.txt): shared memory's bandwidth is shared with the wgmma operand reads. dK and dV are
-// kernel 22's bit for bit; dQ adds the same values in another order. 242 registers (kernel 22: 254),
-// no spills (nvcc 13.0, sm_90a).
+// k22_dqpath.txt); the likely reason, not measured, is that the stores take shared memory's bandwidth
+// from the wgmma operand reads. dK and dV are kernel 22's bit for bit; dQ adds the same values in
+// another order. 242 registers (kernel 22: 254), no spills (nvcc 13.0, sm_90a).
 // Measured on an H100 (results/h100/experiments/k22_red.json: the edit of kernel 22 that this file
-// writes out, beside kernel 22 in one run), flash_backward alone in single calls: 1.8 % faster at
+// writes out, the same SASS through the loop, beside kernel 22 in one run; the H200 was not lent),
+// flash_backward alone in single calls: 1.8 % faster at
 // T=1024, 3.3 % at 4096, 4.4 % at 16384 (13.6972 against 14.3311 ms); back to back at the power cap
 // not resolved (10.15 against 10.32 J a call). Predicted: 1 to 4 % at T=4096 and 16384, not resolved
 // at 1024.
