@@ -2,8 +2,8 @@
 # notebook 22 moved in, executed and checked by nbval; the one-run table (now with kernel 23 and the heads_at_once fix);
 # kernel 22 against kernel 23 (the ladder, single calls and back to back); kernels 22 and 23 under the four sanitizer
 # tools; test_fused's GPU tests of the wgmma kernels; kernel 23's CLI. About 7 minutes. Afterwards: copy $OUT's
-# fused_ladder_vs_torch.{json,txt} to results/h200/ (the old pair kept as fused_ladder_vs_torch_22.*, which notebook 22
-# then reads) and run `python -m attnlab report --readme` into the README; commit notebooks/22_*.ipynb with these
+# fused_ladder_vs_torch.{json,txt} to results/h200/ (notebook 22 reads the eighteenth session's table, kept as
+# fused_ladder_vs_torch_22.*) and run `python -m attnlab report --readme` into the README; commit notebooks/22_*.ipynb with these
 # outputs, raise tests/test_lessons_structure.py to 3..22 and tests/test_series_memory.py to 23 notebooks, name
 # notebook 22 in the README.
 source .gpu/install.sh >/dev/null 2>&1
