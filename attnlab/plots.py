@@ -41,6 +41,7 @@ def plot_times(times, title="", log=True, unit="ms", ax=None, highlight=None):
     ax.invert_yaxis()
     if log:
         ax.set_xscale("log")
+        _plain_log_labels(ax.xaxis)
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.3g} {unit}", va="center")
     ax.set_xlabel(f"time ({unit})" + (", log scale" if log else ""))
@@ -113,6 +114,7 @@ def plot_ladder(rows, title, highlight=None, roof_label="% of its roof (highest 
     left.barh(y, med, color=colors, alpha=0.8)
     left.errorbar(med, y, xerr=err, fmt="none", ecolor="black", capsize=3)
     left.set_xscale("log")
+    _plain_log_labels(left.xaxis)
     left.set_yticks(y, labels)
     left.invert_yaxis()
     for yi, m in zip(y, med):
@@ -130,11 +132,24 @@ def plot_ladder(rows, title, highlight=None, roof_label="% of its roof (highest 
     return fig
 
 
-def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms"):
+def _plain_log_labels(axis):
+    """A log-scaled ``axis``' tick labels as plain numbers (0.1, 12), not 10^-1 or 1.2 x 10^1:
+    matplotlib's LogFormatter chooses which ticks to label (fewer on a wide axis), this writes them."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):
+            return f"{x:g}" if super().__call__(x, pos) else ""
+    axis.set_major_formatter(Plain(labelOnlyBase=False))
+    axis.set_minor_formatter(Plain(labelOnlyBase=False))
+
+
+def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms", targets_ms=None):
     """One kernel's measurement placed against its roof: each measured run (median with IQR
     bars; ``measured`` = {label: Timing or row dict}) on a log time axis, the floors the
-    ceilings allow (``floors_ms`` = {name: ms}) as vertical lines, and the prediction as a
-    shaded band (``predicted_ms`` = (low, high) in ms, or None)."""
+    ceilings allow (``floors_ms`` = {name: ms}) as vertical lines, targets set by people, not
+    by the hardware (``targets_ms`` = {name: ms}), as grey ones, and the prediction as a shaded
+    band (``predicted_ms`` = (low, high) in ms, or None)."""
     plt = _plt()
     rows = [_row(t, label=label) for label, t in measured.items()]
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 2.2), layout="constrained")
@@ -145,6 +160,8 @@ def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms
     styles = ("--", ":", "-.", (0, (5, 1)))
     for (name, ms), style in zip(sorted(floors_ms.items(), key=lambda kv: -kv[1]), styles):
         ax.axvline(ms, color="tab:red", linestyle=style, label=f"floor: {name} ({ms:.3g} {unit})")
+    for (name, ms), style in zip(sorted((targets_ms or {}).items(), key=lambda kv: -kv[1]), styles):
+        ax.axvline(ms, color="tab:gray", linestyle=style, label=f"target: {name} ({ms:.3g} {unit})")
     ax.errorbar(med, y, xerr=err, fmt="o", color="tab:blue", capsize=4, label="measured (IQR)")
     for yi, m in zip(y, med):
         ax.annotate(f"{m:.3g} {unit}", (m, yi), textcoords="offset points", xytext=(0, 8),
@@ -152,6 +169,7 @@ def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms
     ax.set_yticks(y, [r["label"] for r in rows])
     ax.set_ylim(len(rows) - 0.4, -0.6)
     ax.set_xscale("log")
+    _plain_log_labels(ax.xaxis)
     ax.set_xlabel(f"time ({unit}, median; bars: IQR), log scale")
     ax.set_title(title)
     ax.grid(True, axis="x", alpha=0.3, which="both")

@@ -37,3 +37,27 @@ def test_plot_against_roof_shows_floors_band_and_iqr():
     assert "prediction" in labels and "floor: loads (0.5 ms)" in labels
     assert "floor: dram (0.1 ms)" in labels and ax.get_title() == "k3"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["kernel 3"]
+    assert not any(label.startswith("target") for label in labels)
+
+
+def test_plot_against_roof_draws_a_target_apart_from_the_floors():
+    """A target (issue #23's 60 % of the wgmma rate) is not a floor the hardware sets: it is
+    labelled and coloured as a target."""
+    t = bench.Timing.of([1.0, 1.1, 1.2, 1.3, 1.4])
+    fig = plots.plot_against_roof({"kernel 23": t}, {"wgmma rate": 0.5}, targets_ms={"60% of that rate": 0.8})
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert "floor: wgmma rate (0.5 ms)" in labels and "target: 60% of that rate (0.8 ms)" in labels
+    colors = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colors["target: 60% of that rate (0.8 ms)"] != colors["floor: wgmma rate (0.5 ms)"]
+
+
+def test_log_time_axes_label_ticks_as_plain_numbers():
+    """0.1 and 12 on a log time axis, not 10^-1 or 1.2 x 10^1 (a student's complaint)."""
+    fig = plots.plot_against_roof({"a": bench.Timing.of([0.1, 0.11]), "b": bench.Timing.of([13.0, 14.0])},
+                                  {"floor": 0.05})
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
+    assert "0.1" in labels and "10" in labels
+    assert not any("10^" in s or "times" in s or "e-0" in s for s in labels), labels
