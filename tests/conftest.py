@@ -6,6 +6,7 @@ a GPU test."""
 import contextlib
 import fcntl
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -106,6 +107,16 @@ def _flock(path, mode):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """The figures a test draws are closed after it: pyplot keeps every figure open until it is
+    closed, and more than 20 in one process draw a RuntimeWarning."""
+    yield
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")
 
 
 @pytest.fixture(autouse=True)
