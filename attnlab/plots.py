@@ -158,10 +158,9 @@ def plot_against_roof(measured, floors_ms, predicted_ms=None, title="", unit="ms
     if predicted_ms is not None:
         ax.axvspan(*predicted_ms, color="tab:green", alpha=0.15, label="prediction")
     styles = ("--", ":", "-.", (0, (5, 1)))
-    for (name, ms), style in zip(sorted(floors_ms.items(), key=lambda kv: -kv[1]), styles):
-        ax.axvline(ms, color="tab:red", linestyle=style, label=f"floor: {name} ({ms:.3g} {unit})")
-    for (name, ms), style in zip(sorted((targets_ms or {}).items(), key=lambda kv: -kv[1]), styles):
-        ax.axvline(ms, color="tab:gray", linestyle=style, label=f"target: {name} ({ms:.3g} {unit})")
+    for kind, lines, color in (("floor", floors_ms, "tab:red"), ("target", targets_ms or {}, "tab:gray")):
+        for (name, ms), style in zip(sorted(lines.items(), key=lambda kv: -kv[1]), styles):
+            ax.axvline(ms, color=color, linestyle=style, label=f"{kind}: {name} ({ms:.3g} {unit})")
     ax.errorbar(med, y, xerr=err, fmt="o", color="tab:blue", capsize=4, label="measured (IQR)")
     for yi, m in zip(y, med):
         ax.annotate(f"{m:.3g} {unit}", (m, yi), textcoords="offset points", xytext=(0, 8),
