@@ -9,6 +9,6 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,power.limit --format=csv,nohead
 step() { echo "== $1 $(date -u +%T) (${SECONDS}s)"; }
 E=results/h200/experiments
 step k23_t1024; timeout 120 python $E/k23_t1024_script.py.txt > $OUT/k23_t1024.txt 2>&1; echo "rc $?" >> $OUT/k23_t1024.txt; grep "less\|whole\|first\|rc" $OUT/k23_t1024.txt | cut -c1-140
-for tool in racecheck memcheck; do step "k23_dqwrite $tool"; SAN=1 timeout 90 compute-sanitizer --tool $tool python $E/k23_dqwrite_script.py.txt > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -4; done > $OUT/k23_dqwrite_sanitize.txt 2>&1; cat $OUT/k23_dqwrite_sanitize.txt
+for tool in racecheck memcheck; do step "k23_dqwrite $tool"; SAN=1 timeout 120 compute-sanitizer --tool $tool python $E/k23_dqwrite_script.py.txt > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -4; done > $OUT/k23_dqwrite_sanitize.txt 2>&1; cat $OUT/k23_dqwrite_sanitize.txt
 step k23_dqwrite; timeout 200 python $E/k23_dqwrite_script.py.txt > $OUT/k23_dqwrite.txt 2>&1; echo "rc $?" >> $OUT/k23_dqwrite.txt; tail -14 $OUT/k23_dqwrite.txt | cut -c1-160
 step done
