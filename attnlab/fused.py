@@ -76,9 +76,13 @@ class Backward(NamedTuple):
     # launched heads_at_once heads at a time, so that their query and dQ tiles stay in L2: the grid
     # is (G, key tiles, B*NH / G), not (B*NH, key tiles)
     grouped: bool = False
+    # how the partial sums of dQ are added, in no fixed order (why a kernel that is not deterministic
+    # differs run to run; python -m attnlab backward --help says it)
+    dq_adds: str = "atomics"
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
+_BULK = dict(dq_tiled=True, dq_adds="bulk reductions")   # dQ added into dq_tiles by the copy engine
 BACKWARDS = {
     9: Backward(SOURCE, 64, 128, "FlashAttention-2 style, 64 rows per block", deterministic=True),
     10: Backward("flash_attention10", 128, 128, "128 rows per block, 32 per warp", deterministic=True),
@@ -92,31 +96,31 @@ BACKWARDS = {
                  **_COPY_ENGINE),
     15: Backward("flash_attention15", 128, 256,
                  "kernel 14 with dQ added by the copy engine's bulk reduction instead of atomics",
-                 dq_tiled=True, **{**_COPY_ENGINE, "mbarriers": 4}),
+                 **_BULK, **{**_COPY_ENGINE, "mbarriers": 4}),
     16: Backward("flash_attention16", 128, 256,
                  "kernel 15 with dQ staged in the consumed query stage: only thread 0 waits for the copy engine",
-                 dq_tiled=True, **_COPY_ENGINE),
+                 **_BULK, **_COPY_ENGINE),
     17: Backward("flash_attention17", 128, 256,
                  "kernel 16 with P^T and dS^T rounded by cvt.rn (one instruction) instead of cvt.rna (three)",
-                 dq_tiled=True, **_COPY_ENGINE),
+                 **_BULK, **_COPY_ENGINE),
     18: Backward("flash_attention18", 64, 128,
                  "kernel 17's products in 3xTF32 (fp32-accurate) on wgmma, 64 keys per block",
-                 dq_tiled=True, split_tiles=True, **{**_COPY_ENGINE, "precisions": FP32}),
+                 **_BULK, split_tiles=True, **{**_COPY_ENGINE, "precisions": FP32}),
     19: Backward("flash_attention19", 128, 256,
                  "kernel 17 with its two warpgroups in ping-pong: one issues its products while the other computes",
-                 dq_tiled=True, pingpong=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+                 **_BULK, pingpong=True, **{**_COPY_ENGINE, "mbarriers": 8}),
     20: Backward("flash_attention20", 128, 256,
                  "kernel 19 launched a few heads at a time, so that their query tiles stay in L2",
-                 dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+                 **_BULK, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
     21: Backward("flash_attention21", 128, 256,
                  "kernel 20 with its wgmma descriptors built once per tile, not once per product",
-                 dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+                 **_BULK, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
     22: Backward("flash_attention22", 128, 256,
                  "kernel 21 whose turn at the tensor cores ends at its last issue, without waiting for its products",
-                 dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+                 **_BULK, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
     23: Backward("flash_attention23", 128, 256,
                  "kernel 22 adding dQ from registers by float4 reductions, not through shared memory and the copy engine",
-                 dq_tiled=True, pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)

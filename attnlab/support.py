@@ -82,7 +82,7 @@ def kernel_lines(width=88):
               f"--block-sizes: the block sizes timed); fp32 GEMMs, --tf32: TF32 GEMMs; runs on "
               f"{', '.join(runs_on(KERNELS[0], False))}")]
     for k in fused.FUSED_KERNELS:
-        how = "bulk reductions" if k in fused.DQ_TILED else "atomics"
+        how = fused.BACKWARDS[k].dq_adds
         same = "bit-identical run to run" if fused.DETERMINISTIC[k] else \
             f"not bit-identical run to run ({how})"
         items.append((str(k), f"fused: {fused.ABOUT[k]}; {_precision(k)}; {same}; runs on "

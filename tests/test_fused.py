@@ -322,6 +322,9 @@ def test_every_kernel_record_is_consistent():
             assert b.own_rows == 64 * (b.threads // 128), k
         if b.split_tiles:
             assert b.precisions == fused.FP32, k
+        assert b.dq_adds in ("atomics", "bulk reductions", "float4 reductions"), k
+        if b.dq_adds == "bulk reductions":    # the copy engine adds into dq_tiles
+            assert b.dq_tiled and b.mbarriers, k
 
 
 def test_each_tiled_kernel_has_its_prep_kernel():

@@ -49,12 +49,15 @@ def test_the_readme_table_groups_kernels_that_run_alike():
 
 
 def test_help_says_why_a_kernel_is_not_bit_identical():
-    """backward --help: atomics for kernels 11-14, the copy engine's bulk reductions for the
-    DQ_TILED ones (15-23), nothing for the deterministic ones."""
+    """backward --help: atomics for kernels 11-14, the copy engine's bulk reductions for 15-22,
+    float4 reductions from registers for 23 (whose phrase says so: its help must not say "bulk"),
+    nothing for the deterministic ones."""
     text = " ".join(" ".join(support.kernel_lines(width=10_000)).split())
+    adds = {**{k: "atomics" for k in (11, 12, 13, 14)}, **{k: "bulk reductions" for k in range(15, 23)},
+            23: "float4 reductions"}
     for k in fused.FUSED_KERNELS:
         entry = text.split(f" {k} fused: ")[1].split(" runs on ")[0]
-        why = ("bit-identical run to run;" if fused.DETERMINISTIC[k] else
-               "(bulk reductions)" if k in fused.DQ_TILED else "(atomics)")
+        why = "bit-identical run to run;" if fused.DETERMINISTIC[k] else f"not bit-identical run to run ({adds[k]})"
         assert why in entry and ("not" in entry) != fused.DETERMINISTIC[k], (k, entry)
+    assert "bulk" not in text.split(" 23 fused: ")[1].split(" runs on ")[0]
     assert fused.DQ_TILED == (15, 16, 17, 18, 19, 20, 21, 22, 23)
