@@ -24,6 +24,7 @@ every call is idempotent: nothing needs clearing between calls.
 """
 import functools
 import sys
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -306,9 +307,9 @@ def heads_at_once(B, T, NH, l2_bytes):
 
 @functools.lru_cache(maxsize=None)
 def _heads_at_once(B, T, NH, l2_bytes):
-    # remembered per shape: fused_launch asks on every call, before the first launch; worked out
-    # each time, kernel 22's plan took 24.9 us of Python on an H100's host, remembered 7.9
-    # (results/h100/experiments/k22_host.txt)
+    # remembered per shape: worked out on each call, kernel 22's plan took 24.9 us of Python on an
+    # H100's host, remembered 7.9 (results/h100/experiments/k22_host.txt). fused_backward now asks
+    # once per buffers and kernel (backward_steps); knockouts.measure_tiled still asks before each launch
     fit = max(1, l2_bytes // reread_bytes_per_head(T))
     return max(g for g in range(1, min(fit, B * NH) + 1) if B * NH % g == 0)
 
@@ -439,6 +440,7 @@ class FusedBuffers(DeviceBuffers):
     ``buf.inp``, ``buf.lse``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('lse')`` copies one
     back to numpy. Use as a context manager, or call ``free()``. Fill ``inp`` and ``dout`` with
     ``set``: fused_forward and fused_backward refuse buffers that do not hold what they read.
+    They also keep each backward kernel's launches once worked out (``steps``, backward_steps).
     """
 
     def __init__(self, B, T, C, NH, backward=True):
@@ -450,6 +452,12 @@ class FusedBuffers(DeviceBuffers):
         # what the buffers hold: "inp" and "dout" once set, "forward" once fused_forward has
         # run on the inp they hold (the backward reads its qkvr, o and lse)
         self.holds = set()
+        # fused_backward's launches on these buffers, by (kernel, tf32): backward_steps
+        self.steps = {}
+
+    def free(self):
+        self.steps = {}
+        super().free()
 
     def set(self, name, host, finite=True):
         """DeviceBuffers.set; a new ``inp`` also means the forward's results are out of date."""
@@ -554,10 +562,11 @@ def _scale(HS):
     return np.float32(1.0 / np.sqrt(HS))   # the reference's scale, in float32
 
 
-def _permute(name, n, *args):
-    """One of permute.cu's kernels: one thread per element of the n-element tensors."""
+def _permute_step(name, n, *args):
+    """One of permute.cu's kernels, one thread per element of the n-element tensors, as a call
+    without arguments."""
     grid, block = elementwise_launch(n, 256)
-    _function(name).prepared_call(grid, block, *args)
+    return partial(_function(name).prepared_call, grid, block, *args)
 
 
 def fused_forward(buf, tf32=False):
@@ -567,23 +576,37 @@ def fused_forward(buf, tf32=False):
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     dims = (B, T, NH, HS)
-    _permute("permute_kernel", B * T * C, q, k, v, int(buf.inp.gpudata), *dims)
+    _permute_step("permute_kernel", B * T * C, q, k, v, int(buf.inp.gpudata), *dims)()
     grid, block, shared = fused_launch(B, T, NH, tf32)["flash_forward"]
     _function("flash_forward", tf32).prepared_call(
         grid, block, int(buf.o.gpudata), int(buf.lse.gpudata), q, k, v, T, _scale(HS),
         shared_size=shared)
-    _permute("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)
+    _permute_step("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)()
     buf.holds.add("forward")
 
 
 def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (one of
     FUSED_KERNELS): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp (TILED kernels: the
-    query tiles, D and dinp). The kernel's own buffers are allocated on its first call."""
+    query tiles, D and dinp). The kernel's own buffers are allocated on its first call, and its
+    launches worked out then (backward_steps)."""
     tf32 = check_precision(tf32, kernel)
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
     buf.require("fused_backward", "forward", "dout")
+    steps = buf.steps.get((kernel, tf32))
+    if steps is None:
+        steps = buf.steps[(kernel, tf32)] = backward_steps(buf, tf32, kernel)
+    for step in steps:
+        step()
+
+
+def backward_steps(buf, tf32, kernel):
+    """fused_backward's launches on ``buf``, in order, each a call without arguments. FusedBuffers
+    keep them per kernel and precision (their pointers do not change), so that a backward spends
+    its Python on the launches alone: at T=1024 the GPU would otherwise wait for the Python that
+    works out each launch (k22_host: 25 us of it on an H100's host, before the first launch)."""
+    import pycuda.driver as cuda
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     own = buf.kernel_buffers(kernel)
@@ -592,38 +615,33 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     dims = (B, T, NH, HS)
     launch = fused_launch(B, T, NH, tf32, kernel)
     grid, block, shared = launch["flash_backward"]
+    back = _function("flash_backward", tf32, kernel).prepared_call
     if kernel in TILED:
-        import pycuda.driver as cuda
         tiles = int(own[tiles_name(kernel)].gpudata)
-        if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
-            dq_tiles = own["dq_tiles"]
-            cuda.memset_d32(int(dq_tiles.gpudata), 0, dq_tiles.size)
-        else:                    # dinp's dq columns: added with atomics
-            cuda.memset_d2d32(dinp, 4 * 3 * C, 0, C, B * T)
         pgrid, pblock, _ = launch["flash_backward_prep"]
-        _function("flash_backward_prep", tf32, kernel).prepared_call(
-            pgrid, pblock, tiles, D, q, dout, o, T, NH)
         args = (tiles, k, v, lse, D, T, NH, _scale(HS))
-        fn = _function("flash_backward", tf32, kernel)
-        if kernel in DQ_TILED:
-            fn.prepared_call(grid, block, dinp, int(dq_tiles.gpudata), *args, shared_size=shared)
+        if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
+            dq_tiles = int(own["dq_tiles"].gpudata)
             dgrid, dblock, _ = launch["flash_backward_dq"]
-            _function("flash_backward_dq", tf32, kernel).prepared_call(
-                dgrid, dblock, dinp, int(dq_tiles.gpudata), T, NH)
-        else:
-            fn.prepared_call(grid, block, dinp, *args, shared_size=shared)
-        return
+            return (partial(cuda.memset_d32, dq_tiles, 0, own["dq_tiles"].size),
+                    partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
+                            pgrid, pblock, tiles, D, q, dout, o, T, NH),
+                    partial(back, grid, block, dinp, dq_tiles, *args, shared_size=shared),
+                    partial(_function("flash_backward_dq", tf32, kernel).prepared_call,
+                            dgrid, dblock, dinp, dq_tiles, T, NH))
+        return (partial(cuda.memset_d2d32, dinp, 4 * 3 * C, 0, C, B * T),   # dinp's dq columns: atomics add there
+                partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
+                        pgrid, pblock, tiles, D, q, dout, o, T, NH),
+                partial(back, grid, block, dinp, *args, shared_size=shared))
     do = int(own["do"].gpudata)
     dq, dk, dv = qkv_pointers(own["dqkvr"], B, T, C)
-    _permute("unpermute_backward_kernel", B * T * C, do, dout, *dims)
     pgrid, pblock, _ = launch["flash_backward_preprocess"]
-    _function("flash_backward_preprocess", tf32).prepared_call(pgrid, pblock, D, o, do, B * NH * T)
-    if not DETERMINISTIC[kernel]:         # it adds dQ into dq with atomics
-        import pycuda.driver as cuda
-        cuda.memset_d32(dq, 0, B * NH * T * HS)
-    _function("flash_backward", tf32, kernel).prepared_call(
-        grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared)
-    _permute("permute_backward_kernel", B * T * C, dinp, dq, dk, dv, *dims)
+    zero_dq = () if DETERMINISTIC[kernel] else (partial(cuda.memset_d32, dq, 0, B * NH * T * HS),)  # atomics add there
+    return (_permute_step("unpermute_backward_kernel", B * T * C, do, dout, *dims),
+            partial(_function("flash_backward_preprocess", tf32).prepared_call, pgrid, pblock, D, o, do, B * NH * T),
+            *zero_dq,
+            partial(back, grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared),
+            _permute_step("permute_backward_kernel", B * T * C, dinp, dq, dk, dv, *dims))
 
 
 def _checked_inputs(inp, n_head, tf32, kernel=FUSED_KERNEL):

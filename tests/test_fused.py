@@ -866,3 +866,100 @@ def test_kernel_computes_the_one_before_s_gradients(kernel, B, T, C, NH):
     skip_unless_supported(True, kernel)
     problem = make_problem(B=B, T=T, C=C, NH=NH)
     assert_same_gradients_but_dq_order(run_fused(problem, True, kernel)[1], run_fused(problem, True, kernel - 1)[1], problem)
+
+
+# ---------------------------------------------------------------------------------------------
+# fused_backward's launches, recorded with PyCUDA faked (no GPU needed)
+
+class _FakePointer(int):
+    def free(self):
+        pass
+
+
+class _FakeArray:
+    """A GPUArray stand-in: a device pointer (a number, 256-byte aligned) and a size."""
+    next_pointer = 1 << 32
+
+    def __init__(self, shape, dtype=np.float32):
+        self.shape = tuple(np.atleast_1d(shape))
+        self.size = int(np.prod(self.shape))
+        self.gpudata = _FakePointer(_FakeArray.next_pointer)
+        _FakeArray.next_pointer += 4 * self.size + 256
+
+    def set(self, host):
+        pass
+
+
+@pytest.fixture
+def recorded_launches(monkeypatch):
+    """[(kernel or memset, arguments, keywords)] of every launch the fused pipeline makes, with PyCUDA
+    faked: FusedBuffers allocate pointers only, and each kernel records its prepared_call."""
+    import sys
+    import types
+    from attnlab import buffers
+    launches = []
+    driver = types.SimpleNamespace(memset_d32=lambda *a: launches.append(("memset_d32", a, {})),
+                                   memset_d2d32=lambda *a: launches.append(("memset_d2d32", a, {})))
+    gpuarray = types.SimpleNamespace(empty=_FakeArray)
+    monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver, gpuarray=gpuarray))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    monkeypatch.setitem(sys.modules, "pycuda.gpuarray", gpuarray)
+    for module in (buffers, fused):
+        monkeypatch.setattr(module, "context", lambda: None, raising=False)
+        monkeypatch.setattr(module, "free_memory", lambda: (2**40, 2**40), raising=False)
+    monkeypatch.setattr(fused, "l2_cache_bytes", lambda: H200_L2)
+
+    class Kernel:
+        def __init__(self, name, tf32=False, version=None):
+            self.name = (name, tf32, version)
+
+        def prepared_call(self, *args, **kw):
+            launches.append((self.name, args, kw))
+    monkeypatch.setattr(fused, "_function", Kernel)
+    return launches
+
+
+def test_fused_backward_launches_what_its_steps_hold(recorded_launches):
+    """fused_backward works out its launches once per kernel and precision (backward_steps, kept in
+    the FusedBuffers) and then only launches them: a second call makes the same launches as the
+    first, in order; the grids are fused_launch's; the kernels are the pipeline of each kind
+    (TILED: zero dq, prep, backward and, DQ_TILED, the dq kernel; the others: unpermute, D, zero dq
+    unless deterministic, backward, permute). Freed buffers refuse before any launch."""
+    B, T, C, NH = 2, 65, 192, 3
+    buf = fused.FusedBuffers(B, T, C, NH)
+    buf.holds |= {"inp", "dout", "forward"}
+    for kernel in fused.FUSED_KERNELS:
+        for tf32 in fused.precisions(kernel):
+            recorded_launches.clear()
+            fused.fused_backward(buf, tf32, kernel)
+            first = list(recorded_launches)
+            fused.fused_backward(buf, tf32, kernel)
+            assert recorded_launches[len(first):] == first and (kernel, tf32) in buf.steps, kernel
+            names = [n[0] if isinstance(n, tuple) else n for n, *_ in first]
+            if kernel in fused.DQ_TILED:
+                expect = ["memset_d32", "flash_backward_prep", "flash_backward", "flash_backward_dq"]
+            elif kernel in fused.TILED:
+                expect = ["memset_d2d32", "flash_backward_prep", "flash_backward"]
+            else:
+                expect = ["unpermute_backward_kernel", "flash_backward_preprocess",
+                          *([] if fused.DETERMINISTIC[kernel] else ["memset_d32"]),
+                          "flash_backward", "permute_backward_kernel"]
+            assert names == expect, (kernel, names)
+            own = buf.kernel_buffers(kernel)       # what the memset zeroes: all that atomics add into
+            zeroed = {"memset_d32": (own["dq_tiles"].gpudata, 0, own["dq_tiles"].size) if kernel in fused.DQ_TILED else
+                      (own["dqkvr"].gpudata if "dqkvr" in own else None, 0, B * T * C),
+                      "memset_d2d32": (buf.dinp.gpudata, 4 * 3 * C, 0, C, B * T)}
+            for name, args, _ in first:
+                if name in zeroed:
+                    assert args == zeroed[name], (kernel, name, args)
+            plan = fused.fused_launch(B, T, NH, tf32, kernel)
+            for name, args, kw in first:
+                if isinstance(name, tuple) and name[0] in plan:
+                    assert args[:2] == plan[name[0]][:2], (kernel, name)
+                    assert kw.get("shared_size", 0) == (plan[name[0]][2] if name[0] == "flash_backward" else 0)
+    buf.free()
+    assert buf.steps == {}
+    recorded_launches.clear()
+    with pytest.raises(AttnlabError, match="freed"):
+        fused.fused_backward(buf, True, 23)
+    assert recorded_launches == []
