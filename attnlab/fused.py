@@ -309,7 +309,7 @@ def heads_at_once(B, T, NH, l2_bytes):
 def _heads_at_once(B, T, NH, l2_bytes):
     # remembered per shape: worked out on each call, kernel 22's plan took 24.9 us of Python on an
     # H100's host, remembered 7.9 (results/h100/experiments/k22_host.txt). fused_backward now asks
-    # once per buffers and kernel (backward_steps); knockouts.measure_tiled still asks before each launch
+    # once per buffers and kernel (backward_launches); knockouts.measure_tiled still asks before each launch
     fit = max(1, l2_bytes // reread_bytes_per_head(T))
     return max(g for g in range(1, min(fit, B * NH) + 1) if B * NH % g == 0)
 
@@ -440,7 +440,7 @@ class FusedBuffers(DeviceBuffers):
     ``buf.inp``, ``buf.lse``, ``buf.dinp``... are pycuda GPUArrays; ``buf.get('lse')`` copies one
     back to numpy. Use as a context manager, or call ``free()``. Fill ``inp`` and ``dout`` with
     ``set``: fused_forward and fused_backward refuse buffers that do not hold what they read.
-    They also keep each backward kernel's launches once worked out (``steps``, backward_steps).
+    They also keep each backward kernel's launches once worked out (``launches``, backward_launches).
     """
 
     def __init__(self, B, T, C, NH, backward=True):
@@ -452,11 +452,11 @@ class FusedBuffers(DeviceBuffers):
         # what the buffers hold: "inp" and "dout" once set, "forward" once fused_forward has
         # run on the inp they hold (the backward reads its qkvr, o and lse)
         self.holds = set()
-        # fused_backward's launches on these buffers, by (kernel, tf32): backward_steps
-        self.steps = {}
+        # fused_backward's launches on these buffers, by (kernel, tf32): backward_launches
+        self.launches = {}
 
     def free(self):
-        self.steps = {}
+        self.launches = {}
         super().free()
 
     def set(self, name, host, finite=True):
@@ -562,7 +562,7 @@ def _scale(HS):
     return np.float32(1.0 / np.sqrt(HS))   # the reference's scale, in float32
 
 
-def _permute_step(name, n, *args):
+def _permute_launch(name, n, *args):
     """One of permute.cu's kernels, one thread per element of the n-element tensors, as a call
     without arguments."""
     grid, block = elementwise_launch(n, 256)
@@ -576,12 +576,12 @@ def fused_forward(buf, tf32=False):
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
     q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     dims = (B, T, NH, HS)
-    _permute_step("permute_kernel", B * T * C, q, k, v, int(buf.inp.gpudata), *dims)()
+    _permute_launch("permute_kernel", B * T * C, q, k, v, int(buf.inp.gpudata), *dims)()
     grid, block, shared = fused_launch(B, T, NH, tf32)["flash_forward"]
     _function("flash_forward", tf32).prepared_call(
         grid, block, int(buf.o.gpudata), int(buf.lse.gpudata), q, k, v, T, _scale(HS),
         shared_size=shared)
-    _permute_step("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)()
+    _permute_launch("unpermute_kernel", B * T * C, int(buf.o.gpudata), int(buf.out.gpudata), *dims)()
     buf.holds.add("forward")
 
 
@@ -589,19 +589,19 @@ def fused_backward(buf, tf32=False, kernel=FUSED_KERNEL):
     """Backward on ``buf`` after ``fused_forward``, with fused backward kernel ``kernel`` (one of
     FUSED_KERNELS): reads dout, qkvr, o, lse; writes do, D, dqkvr, dinp (TILED kernels: the
     query tiles, D and dinp). The kernel's own buffers are allocated on its first call, and its
-    launches worked out then (backward_steps)."""
+    launches worked out then (backward_launches)."""
     tf32 = check_precision(tf32, kernel)
     if not buf.backward:
         raise InputError("these FusedBuffers were allocated with backward=False")
     buf.require("fused_backward", "forward", "dout")
-    steps = buf.steps.get((kernel, tf32))
-    if steps is None:
-        steps = buf.steps[(kernel, tf32)] = backward_steps(buf, tf32, kernel)
-    for step in steps:
-        step()
+    launches = buf.launches.get((kernel, tf32))
+    if launches is None:
+        launches = buf.launches[(kernel, tf32)] = backward_launches(buf, tf32, kernel)
+    for launch in launches:
+        launch()
 
 
-def backward_steps(buf, tf32, kernel):
+def backward_launches(buf, tf32, kernel):
     """fused_backward's launches on ``buf``, in order, each a call without arguments. FusedBuffers
     keep them per kernel and precision (their pointers do not change), so that a backward spends
     its Python on the launches alone: at T=1024 the GPU would otherwise wait for the Python that
@@ -637,11 +637,11 @@ def backward_steps(buf, tf32, kernel):
     dq, dk, dv = qkv_pointers(own["dqkvr"], B, T, C)
     pgrid, pblock, _ = launch["flash_backward_preprocess"]
     zero_dq = () if DETERMINISTIC[kernel] else (partial(cuda.memset_d32, dq, 0, B * NH * T * HS),)  # atomics add there
-    return (_permute_step("unpermute_backward_kernel", B * T * C, do, dout, *dims),
+    return (_permute_launch("unpermute_backward_kernel", B * T * C, do, dout, *dims),
             partial(_function("flash_backward_preprocess", tf32).prepared_call, pgrid, pblock, D, o, do, B * NH * T),
             *zero_dq,
             partial(back, grid, block, dq, dk, dv, q, k, v, do, lse, D, T, _scale(HS), shared_size=shared),
-            _permute_step("permute_backward_kernel", B * T * C, dinp, dq, dk, dv, *dims))
+            _permute_launch("permute_backward_kernel", B * T * C, dinp, dq, dk, dv, *dims))
 
 
 def _checked_inputs(inp, n_head, tf32, kernel=FUSED_KERNEL):

@@ -920,7 +920,7 @@ def recorded_launches(monkeypatch):
 
 
 def test_fused_backward_launches_what_its_steps_hold(recorded_launches):
-    """fused_backward works out its launches once per kernel and precision (backward_steps, kept in
+    """fused_backward works out its launches once per kernel and precision (backward_launches, kept in
     the FusedBuffers) and then only launches them: a second call makes the same launches as the
     first, in order; the grids are fused_launch's; the kernels are the pipeline of each kind
     (TILED: zero dq, prep, backward and, DQ_TILED, the dq kernel; the others: unpermute, D, zero dq
@@ -934,7 +934,7 @@ def test_fused_backward_launches_what_its_steps_hold(recorded_launches):
             fused.fused_backward(buf, tf32, kernel)
             first = list(recorded_launches)
             fused.fused_backward(buf, tf32, kernel)
-            assert recorded_launches[len(first):] == first and (kernel, tf32) in buf.steps, kernel
+            assert recorded_launches[len(first):] == first and (kernel, tf32) in buf.launches, kernel
             names = [n[0] if isinstance(n, tuple) else n for n, *_ in first]
             if kernel in fused.DQ_TILED:
                 expect = ["memset_d32", "flash_backward_prep", "flash_backward", "flash_backward_dq"]
@@ -958,7 +958,7 @@ def test_fused_backward_launches_what_its_steps_hold(recorded_launches):
                     assert args[:2] == plan[name[0]][:2], (kernel, name)
                     assert kw.get("shared_size", 0) == (plan[name[0]][2] if name[0] == "flash_backward" else 0)
     buf.free()
-    assert buf.steps == {}
+    assert buf.launches == {}
     recorded_launches.clear()
     with pytest.raises(AttnlabError, match="freed"):
         fused.fused_backward(buf, True, 23)
