@@ -919,7 +919,7 @@ def recorded_launches(monkeypatch):
     return launches
 
 
-def test_fused_backward_launches_what_its_steps_hold(recorded_launches):
+def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
     """fused_backward works out its launches once per kernel and precision (backward_launches, kept in
     the FusedBuffers) and then only launches them: a second call makes the same launches as the
     first, in order; the grids are fused_launch's; the kernels are the pipeline of each kind
