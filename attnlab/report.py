@@ -275,7 +275,7 @@ LADDER_METHODS = (("fused tf32", "9 TF32"), ("fused10 tf32", "10 TF32"), ("fused
                   ("fused12 tf32", "12 TF32"), ("fused13 tf32", "13 TF32"), ("fused14 tf32", "14 TF32"),
                   ("fused15 tf32", "15 TF32"), ("fused16 tf32", "16 TF32"),
                   ("fused17 tf32", "17 TF32"), ("fused19 tf32", "19 TF32"),
-                  ("fused20 tf32", "20 TF32"), ("fused21 tf32", "21 TF32"), ("fused22 tf32", "22 TF32"),
+                  ("fused20 tf32", "20 TF32"), ("fused21 tf32", "21 TF32"), ("fused22 tf32", "22 TF32"), ("fused23 tf32", "23 TF32"),
                   ("fused fp32", "9 fp32"),
                   ("fused10 fp32", "10 3xTF32"), ("fused11 fp32", "11 3xTF32"),
                   ("fused18 fp32", "18 3xTF32"),
