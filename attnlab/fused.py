@@ -619,20 +619,18 @@ def backward_launches(buf, tf32, kernel):
     if kernel in TILED:
         tiles = int(own[tiles_name(kernel)].gpudata)
         pgrid, pblock, _ = launch["flash_backward_prep"]
+        prep = partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
+                       pgrid, pblock, tiles, D, q, dout, o, T, NH)
         args = (tiles, k, v, lse, D, T, NH, _scale(HS))
         if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
             dq_tiles = int(own["dq_tiles"].gpudata)
             dgrid, dblock, _ = launch["flash_backward_dq"]
-            return (partial(cuda.memset_d32, dq_tiles, 0, own["dq_tiles"].size),
-                    partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
-                            pgrid, pblock, tiles, D, q, dout, o, T, NH),
+            return (partial(cuda.memset_d32, dq_tiles, 0, own["dq_tiles"].size), prep,
                     partial(back, grid, block, dinp, dq_tiles, *args, shared_size=shared),
                     partial(_function("flash_backward_dq", tf32, kernel).prepared_call,
                             dgrid, dblock, dinp, dq_tiles, T, NH))
         return (partial(cuda.memset_d2d32, dinp, 4 * 3 * C, 0, C, B * T),   # dinp's dq columns: atomics add there
-                partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
-                        pgrid, pblock, tiles, D, q, dout, o, T, NH),
-                partial(back, grid, block, dinp, *args, shared_size=shared))
+                prep, partial(back, grid, block, dinp, *args, shared_size=shared))
     do = int(own["do"].gpudata)
     dq, dk, dv = qkv_pointers(own["dqkvr"], B, T, C)
     pgrid, pblock, _ = launch["flash_backward_preprocess"]
