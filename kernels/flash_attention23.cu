@@ -15,12 +15,12 @@
 // k22_dqpath.txt); the likely reason, not measured, is that the stores take shared memory's bandwidth
 // from the wgmma operand reads. dK and dV are kernel 22's bit for bit; dQ adds the same values in
 // another order. 242 registers (kernel 22: 254), no spills (nvcc 13.0, sm_90a).
-// Measured on an H100 (results/h100/experiments/k22_red.json: the edit of kernel 22 that this file
-// writes out, the same SASS through the loop, beside kernel 22 in one run; the H200 was not lent),
-// flash_backward alone in single calls: 1.8 % faster at
-// T=1024, 3.3 % at 4096, 4.4 % at 16384 (13.6972 against 14.3311 ms); back to back at the power cap
-// not resolved (10.15 against 10.32 J a call). Predicted: 1 to 4 % at T=4096 and 16384, not resolved
-// at 1024.
+// Measured on the H200 (results/h200/fused_ladder_23.json, beside kernel 22 in one run), the whole
+// call in single calls: 3.2 % less time at T=4096, 4.5 % at 16384 (14.3675 against 15.0489 ms), not
+// resolved at 1024; 289.4 TFLOP/s at T=16384 in the one-run table (#23's TF32 target: 265). On an
+// H100 (results/h100/experiments/k22_red.json: the edit of kernel 22 that this file writes out, the
+// same SASS through the loop), flash_backward alone: 1.8 % faster at T=1024, 3.3 % at 4096, 4.4 % at
+// 16384. Predicted for flash_backward alone: 1 to 4 % at T=4096 and 16384, not resolved at 1024.
 //
 // Launch geometry (attnlab/fused.py): kernel 22's: a block of 256 threads per 128 keys, one block
 // per SM, 231,488 bytes of shared memory; grid (G, key tiles, B*NH / G); dq_tiles zeroed before.
