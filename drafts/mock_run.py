@@ -78,14 +78,22 @@ def interleaved(fns, repeats=20, warmup=2, **kw):
     return out
 bench.interleaved = interleaved
 import ctypes                      # the driver's cuTensorMapEncodeTiled (tma_check's encode_tiled): succeeds
-class FakeCuda:
+class FakeCuda:                    # and the rest of the driver API by ctypes (k23_pdl: cuLaunchKernelEx ...): succeeds
     def __getattr__(self, name):
-        f = lambda *a: 0
+        def f(*a):
+            if name == "cuCtxGetCurrent":
+                a[0]._obj.value = 1      # a current context
+            return 0
         f.restype = f.argtypes = None
         return f
 _cdll = ctypes.CDLL
 ctypes.CDLL = lambda name, *a, **k: FakeCuda() if name.startswith("libcuda") else _cdll(name, *a, **k)
 drv.to_device = lambda h: Alloc(_next[0])
+drv.mem_alloc = lambda n: Alloc(_next[0])
+drv.memcpy_dtoh = lambda h, d: None
+compiler = types.ModuleType("pycuda.compiler")   # nvcc is not run: the "cubin" is the source
+compiler.compile = lambda src, **k: src.encode()
+sys.modules["pycuda.compiler"] = compiler
 os.environ.setdefault("OUT", "/tmp/mockrun/out"); os.makedirs(os.environ["OUT"], exist_ok=True)
 try:
     runpy.run_path(script, run_name="__main__")
