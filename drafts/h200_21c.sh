@@ -1,0 +1,6 @@
+# twenty-first session, call C (H200): nbval of notebooks 12-23 and the exercises, serially (notebook 23 as landed)
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$name"; date -u
+case "$name" in *H200*) ;; *) echo "not an H200: nothing run"; exit 3;; esac
+source .gpu/install.sh >/dev/null 2>&1; export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+cd notebooks && timeout 570 python -m pytest --nbval -p no:cacheprovider -q 1[2-9]_*.ipynb 2[0-3]_*.ipynb exercises/ 2>&1 | tee $OUT/nbval_12_23.txt | tail -8; echo "nbval rc ${PIPESTATUS[0]}" | tee -a $OUT/nbval_12_23.txt
+date -u
