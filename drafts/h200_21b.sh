@@ -12,12 +12,12 @@ if [ $H200 = 1 ]; then
 fi
 step tma_wgmma_check
 timeout 60 python $E/tma_wgmma_check_script.py.txt > $OUT/tma_wgmma_check.txt 2>&1; echo "rc $?" >> $OUT/tma_wgmma_check.txt; cut -c1-230 $OUT/tma_wgmma_check.txt
+step k23_pdl
+timeout 240 python $E/k23_pdl_script.py.txt > $OUT/k23_pdl.txt 2>&1; echo "rc $?" >> $OUT/k23_pdl.txt; cut -c1-200 $OUT/k23_pdl.txt | grep -v "^T=.*repeats)$"
 if grep -q "failed: \[\]" $OUT/tma_wgmma_check.txt; then
   step k23_tma
   timeout 200 python $E/k23_tma_script.py.txt > $OUT/k23_tma.txt 2>&1; echo "rc $?" >> $OUT/k23_tma.txt; cut -c1-200 $OUT/k23_tma.txt | grep -v "^T=.*repeats)$"
 fi
-step k23_pdl
-timeout 240 python $E/k23_pdl_script.py.txt > $OUT/k23_pdl.txt 2>&1; echo "rc $?" >> $OUT/k23_pdl.txt; cut -c1-200 $OUT/k23_pdl.txt | grep -v "^T=.*repeats)$"
 [ $H200 = 1 ] || { echo "not an H200: nothing else"; exit 0; }
 step k23_cli
 (python -m attnlab backward 23 --tf32; echo "cli rc $?") > $OUT/k23_cli.txt 2>&1; tail -3 $OUT/k23_cli.txt
