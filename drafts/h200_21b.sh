@@ -14,7 +14,7 @@ step tma_wgmma_check
 timeout 60 python $E/tma_wgmma_check_script.py.txt > $OUT/tma_wgmma_check.txt 2>&1; echo "rc $?" >> $OUT/tma_wgmma_check.txt; cut -c1-230 $OUT/tma_wgmma_check.txt
 step k23_pdl
 timeout 200 python $E/k23_pdl_script.py.txt > $OUT/k23_pdl.txt 2>&1; echo "rc $?" >> $OUT/k23_pdl.txt; cut -c1-200 $OUT/k23_pdl.txt | grep -v "^T=.*repeats)$"
-if grep -q "failed: \[\]" $OUT/tma_wgmma_check.txt && [ $SECONDS -lt 150 ]; then
+if grep -q "failed: \[\]" $OUT/tma_wgmma_check.txt && [ $SECONDS -lt 380 ]; then
   step k23_tma
   timeout 200 python $E/k23_tma_script.py.txt > $OUT/k23_tma.txt 2>&1; echo "rc $?" >> $OUT/k23_tma.txt; cut -c1-200 $OUT/k23_tma.txt | grep -v "^T=.*repeats)$"
 fi
