@@ -5,9 +5,10 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-23, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-23, DQ_TILED,
-          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp)
+          (kernels 13-24, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-24, DQ_TILED,
+          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernel 24, PDL,
+          launches the last two by programmatic dependent launch: attnlab.pdl)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -17,9 +18,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-23 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-24 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-23 run on Hopper's wgmma, 12-17 and 19-23 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-24 run on Hopper's wgmma, 12-17 and 19-24 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -60,7 +61,7 @@ class Backward(NamedTuple):
     # writes first (with D, from dout as it lies), and writes dinp directly: no do, no dqkvr
     tiled: bool = False
     # adds dQ into its own buffer, dq_tiles (one 64 x 64 tile per (b, h) and query tile, in the order
-    # the threads hold it; by the copy engine's bulk reductions, kernel 23 by float4 reductions), which
+    # the threads hold it; by the copy engine's bulk reductions, kernels 23 and 24 by float4 reductions), which
     # its flash_backward_dq writes into dinp
     dq_tiled: bool = False
     # the mbarriers it keeps in shared memory when the copy engine brings its query tiles (kernels
@@ -80,6 +81,9 @@ class Backward(NamedTuple):
     # how the partial sums of dQ are added, in no fixed order (why a kernel that is not deterministic
     # differs run to run; python -m attnlab backward --help says it)
     dq_adds: str = "atomics"
+    # flash_backward and flash_backward_dq launched by programmatic dependent launch (attnlab.pdl):
+    # each may start while the kernel before it ends (its own flash_backward_prep lets flash_backward start)
+    pdl: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -122,6 +126,10 @@ BACKWARDS = {
     23: Backward("flash_attention23", 128, 256,
                  "kernel 22 adding dQ from registers by float4 reductions, not through shared memory and the copy engine",
                  dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, **{**_COPY_ENGINE, "mbarriers": 8}),
+    24: Backward("flash_attention24", 128, 256,
+                 "kernel 23's three kernels chained by programmatic dependent launch: each starts while the one before it ends",
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True,
+                 **{**_COPY_ENGINE, "mbarriers": 8}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
@@ -139,6 +147,7 @@ MBARRIERS = {k: b.mbarriers for k, b in BACKWARDS.items() if b.mbarriers}
 SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
 PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
 GROUPED = tuple(k for k, b in BACKWARDS.items() if b.grouped)
+PDL = tuple(k for k, b in BACKWARDS.items() if b.pdl)
 # the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
 # faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
 # (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
@@ -282,11 +291,11 @@ def check_precision(tf32, version):
 
 def prep_of(version):
     """(source, threads per block) of TILED kernel ``version``'s flash_backward_prep: kernel 13's,
-    or the SPLIT_TILES kernel's own, with as many threads as its flash_backward."""
+    or the SPLIT_TILES and PDL kernels' own, with as many threads as their flash_backward."""
     if check_fused_kernel(version) not in TILED:
         raise InputError(f"fused backward kernel {version} has no flash_backward_prep: only the "
                          f"TILED kernels {list(TILED)} read query tiles")
-    if version in SPLIT_TILES:
+    if version in SPLIT_TILES or version in PDL:
         return BACKWARD_SOURCES[version], BACKWARD_THREADS[version]
     return PREP_SOURCE, PREP_THREADS
 
@@ -558,6 +567,17 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
     return fn
 
 
+@functools.lru_cache(maxsize=None)
+def _dependent(name, tf32, version):
+    """flash_backward or flash_backward_dq of PDL kernel ``version``, launched by programmatic
+    dependent launch (attnlab.pdl: a DependentKernel, called as a prepared Function is)."""
+    from . import pdl
+    check_supported(tf32, version)
+    shared = shared_memory_bytes(name, tf32, version) if name == "flash_backward" else 0
+    return pdl.DependentKernel(kernels.cubin(BACKWARD_SOURCES[version], HEAD_SIZE=64, TF32=int(tf32)), name,
+                               backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name], shared)
+
+
 def _scale(HS):
     return np.float32(1.0 / np.sqrt(HS))   # the reference's scale, in float32
 
@@ -615,7 +635,8 @@ def backward_launches(buf, tf32, kernel):
     dims = (B, T, NH, HS)
     launch = fused_launch(B, T, NH, tf32, kernel)
     grid, block, shared = launch["flash_backward"]
-    back = _function("flash_backward", tf32, kernel).prepared_call
+    after = _dependent if kernel in PDL else _function    # how flash_backward and flash_backward_dq launch
+    back = after("flash_backward", tf32, kernel).prepared_call
     if kernel in TILED:
         tiles = int(own[tiles_name(kernel)].gpudata)
         pgrid, pblock, _ = launch["flash_backward_prep"]
@@ -627,7 +648,7 @@ def backward_launches(buf, tf32, kernel):
             dgrid, dblock, _ = launch["flash_backward_dq"]
             return (partial(cuda.memset_d32, dq_tiles, 0, own["dq_tiles"].size), prep,
                     partial(back, grid, block, dinp, dq_tiles, *args, shared_size=shared),
-                    partial(_function("flash_backward_dq", tf32, kernel).prepared_call,
+                    partial(after("flash_backward_dq", tf32, kernel).prepared_call,
                             dgrid, dblock, dinp, dq_tiles, T, NH))
         return (partial(cuda.memset_d2d32, dinp, 4 * 3 * C, 0, C, B * T),   # dinp's dq columns: atomics add there
                 prep, partial(back, grid, block, dinp, *args, shared_size=shared))

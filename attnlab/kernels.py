@@ -42,7 +42,7 @@ ARCH_SPECIFIC = ("wgmma_check", "flash_attention12", "flash_attention13", "flash
                  "flash_attention15", "flash_attention16",
                  "flash_attention17", "flash_attention18", "flash_attention19",
                  "flash_attention20", "flash_attention21", "flash_attention22",
-                 "flash_attention23")
+                 "flash_attention23", "flash_attention24")
 
 
 def kernel_path(name):
@@ -125,16 +125,22 @@ def compile_source(source, filename="kernel.cu", defines=(), options=(), specifi
     Compile errors raise KernelCompileError with nvcc's message, lines numbered as
     in ``source`` and the file called ``filename``.
     """
+    return _compile(source, filename, defines, options, specific, cubin_only=False)
+
+
+def _compile(source, filename, defines, options, specific, cubin_only):
+    """compile_source's work: a SourceModule, or (cubin_only) the bytes of the cubin it would load
+    (PyCUDA's compile, with the same arguments: the same disk cache entry)."""
     _check_source(source, filename, defines)
     from .device import arch, context
     context()
     require_nvcc()
-    from pycuda.compiler import SourceModule
+    from pycuda.compiler import SourceModule, compile as nvcc_compile
     from pycuda.driver import CompileError
     try:
-        return SourceModule(with_line(source, filename), options=nvcc_options(defines, options),
-                            no_extern_c=True, arch=arch() + ("a" if specific else ""),
-                            include_dirs=[str(KERNEL_DIR)])
+        return (nvcc_compile if cubin_only else SourceModule)(
+            with_line(source, filename), options=nvcc_options(defines, options), no_extern_c=True,
+            arch=arch() + ("a" if specific else ""), include_dirs=[str(KERNEL_DIR)])
     except CompileError as e:
         raise KernelCompileError(format_nvcc_error(filename, e.stderr or str(e))) from None
 
@@ -148,6 +154,18 @@ def _module(name, defines):
 def load(name, **defines):
     """The compiled module of kernels/NAME.cu (cached per process and defines)."""
     return _module(name, tuple(sorted(defines.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _cubin(name, defines):
+    path = kernel_path(name)
+    return _compile(path.read_text(), str(path), defines, (), name in ARCH_SPECIFIC, cubin_only=True)
+
+
+def cubin(name, **defines):
+    """The cubin (bytes) of kernels/NAME.cu as load() compiles it, for a launch PyCUDA cannot make
+    (attnlab.pdl)."""
+    return _cubin(name, tuple(sorted(defines.items())))
 
 
 def get_function(name, function, **defines):

@@ -332,8 +332,10 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
-        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128)}
-    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256}.items():
+        **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128),
+        24: ("flash_attention24", 256)}
+    for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256,
+                       24: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -756,7 +758,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22, 23)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -916,6 +918,11 @@ def recorded_launches(monkeypatch):
         def prepared_call(self, *args, **kw):
             launches.append((self.name, args, kw))
     monkeypatch.setattr(fused, "_function", Kernel)
+
+    class Dependent(Kernel):               # launched by programmatic dependent launch (attnlab.pdl)
+        def __init__(self, name, tf32, version):
+            self.name = (name, tf32, version, "PDL")
+    monkeypatch.setattr(fused, "_dependent", Dependent)
     return launches
 
 
@@ -924,7 +931,8 @@ def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
     the FusedBuffers) and then only launches them: a second call makes the same launches as the
     first, in order; the grids are fused_launch's; the kernels are the pipeline of each kind
     (TILED: zero dq, prep, backward and, DQ_TILED, the dq kernel; the others: unpermute, D, zero dq
-    unless deterministic, backward, permute). Freed buffers refuse before any launch."""
+    unless deterministic, backward, permute); PDL kernels launch their backward and dq kernel by
+    programmatic dependent launch, the others none. Freed buffers refuse before any launch."""
     B, T, C, NH = 2, 65, 192, 3
     buf = fused.FusedBuffers(B, T, C, NH)
     buf.holds |= {"inp", "dout", "forward"}
@@ -945,6 +953,8 @@ def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
                           *([] if fused.DETERMINISTIC[kernel] else ["memset_d32"]),
                           "flash_backward", "permute_backward_kernel"]
             assert names == expect, (kernel, names)
+            dependent = [n[0] for n, *_ in first if isinstance(n, tuple) and n[-1] == "PDL"]
+            assert dependent == (["flash_backward", "flash_backward_dq"] if kernel in fused.PDL else []), (kernel, dependent)
             own = buf.kernel_buffers(kernel)       # what the memset zeroes: all that atomics add into
             zeroed = {"memset_d32": (own["dq_tiles"].gpudata, 0, own["dq_tiles"].size) if kernel in fused.DQ_TILED else
                       (own["dqkvr"].gpudata if "dqkvr" in own else None, 0, B * T * C),
