@@ -59,7 +59,7 @@ class Mod:
 from attnlab import device, buffers, kernels, fused, bench
 for m in (device, buffers, fused):
     for n, f in (("context", lambda: None), ("require_gpu", lambda: None), ("free_memory", lambda: (140e9, 141e9)),
-                 ("l2_cache_bytes", lambda: 60 * 2**20),
+                 ("l2_cache_bytes", lambda: 60 * 2**20), ("arch", lambda: "sm_90"),
                  ("device_info", lambda: {"name": "FAKE (mock run, no GPU)", "compute_capability": (9, 0)})):
         if hasattr(m, n): setattr(m, n, f)
 kernels.compile_source = lambda src, *a, **k: Mod(src)
@@ -93,6 +93,8 @@ drv.mem_alloc = lambda n: Alloc(_next[0])
 drv.memcpy_dtoh = lambda h, d: None
 compiler = types.ModuleType("pycuda.compiler")   # nvcc is not run: the "cubin" is the source
 compiler.compile = lambda src, **k: src.encode()
+compiler.SourceModule = lambda src, **k: Mod(src)
+drv.CompileError = type("CompileError", (Exception,), {})
 sys.modules["pycuda.compiler"] = compiler
 os.environ.setdefault("OUT", "/tmp/mockrun/out"); os.makedirs(os.environ["OUT"], exist_ok=True)
 try:
