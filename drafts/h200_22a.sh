@@ -11,7 +11,7 @@ rm -f notebooks/$NB ;;
 esac
 step gpu_tests
 timeout 180 python -m pytest -m gpu tests/test_fused.py tests/test_cli.py -n 8 -q -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests_fused.txt | tail -3
-for k in 23 24; do step "cli $k"; (python -m attnlab backward $k --tf32; echo "cli rc $?") > $OUT/k${k}_cli.txt 2>&1; tail -2 $OUT/k${k}_cli.txt | cut -c1-200; done
-step ladder; timeout 150 python benchmarks/fused_ladder.py --methods "k23 tf32,k24 tf32" --T 1024,2048,4096,16384 --json $OUT/fused_ladder_24.json > $OUT/fused_ladder_24.txt 2>&1; echo "rc $?" >> $OUT/fused_ladder_24.txt; grep "T=\|rc " $OUT/fused_ladder_24.txt | tail -10 | cut -c1-170
-for tool in memcheck synccheck initcheck racecheck; do small=; [ $tool = racecheck ] && small=small; step "24 $tool $small"; timeout 60 compute-sanitizer --tool $tool python results/h200/experiments/k21_sanitize_script.py.txt 24 $small > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -4; done > $OUT/k24_sanitize.txt 2>&1; grep -c "0 errors\|0 hazards" $OUT/k24_sanitize.txt
+for k in 24 23; do [ $SECONDS -lt 200 ] || break; step "cli $k"; (python -m attnlab backward $k --tf32; echo "cli rc $?") > $OUT/k${k}_cli.txt 2>&1; tail -2 $OUT/k${k}_cli.txt | cut -c1-200; done
+step ladder; timeout 150 python benchmarks/fused_ladder.py --methods "k23 tf32,k24 tf32" --T 1024,2048,16384 --json $OUT/fused_ladder_24.json > $OUT/fused_ladder_24.txt 2>&1; echo "rc $?" >> $OUT/fused_ladder_24.txt; grep "T=\|rc " $OUT/fused_ladder_24.txt | tail -10 | cut -c1-170
+for tool in memcheck racecheck synccheck initcheck; do [ $SECONDS -lt 330 ] || break; small=; [ $tool = racecheck ] && small=small; step "24 $tool $small"; timeout 45 compute-sanitizer --tool $tool python results/h200/experiments/k21_sanitize_script.py.txt 24 $small > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -4; done > $OUT/k24_sanitize.txt 2>&1; grep -c "0 errors\|0 hazards" $OUT/k24_sanitize.txt
 step done
