@@ -17,10 +17,12 @@
 //   3. flash_backward_dq waits at its start for flash_backward's reductions into dq_tiles.
 // Nothing else changed: dK and dV are kernel 23's bit for bit. Launched without the attribute (as
 // PyCUDA launches) the trigger and the waits do nothing: each kernel starts after the one before ends.
-// The edit measured on an H100 before it was written out (results/h100/experiments/k23_pdl.txt,
-// the whole call against kernel 23's by the same launcher, interleaved): 1.07x faster at T=1024
-// (0.1407 against 0.1499 ms), 1.04x at 2048, not resolved at 4096 and 16384. Predicted: 1.03x to
-// 1.08x at T=1024, not resolved at 16384. Reordering the prologue without PDL: 1.02x at T=1024.
+// Predicted (results/h200/experiments/k23_pdl_script.py.txt, before any run): 1.03x to 1.08x faster
+// at T=1024, not resolved at 16384. Measured on an H100 as an edit of kernel 23 (k23_pdl.txt): 1.07x
+// at T=1024, 1.04x at 2048, not resolved at 4096 and 16384; reordering the prologue without PDL: 1.02x.
+// This file, beside kernel 23 in one run on an H100 (results/h100/fused_ladder_24.json, single calls):
+// 0.139 against 0.149 ms at T=1024 (1.07x), 0.363 against 0.372 at 2048, not resolved at 16384.
+// Not measured on the H200 yet, where kernel 23 took 0.134 ms at T=1024 (#23's target: 0.11).
 //
 // Launch geometry (attnlab/fused.py): kernel 23's; flash_backward and flash_backward_dq launched with
 // the PDL attribute, after flash_backward_prep (its own, 256 threads) on the same stream.
