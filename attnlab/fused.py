@@ -532,6 +532,11 @@ def backward_arg_format(version):
                        "flash_backward_tiled" if version in TILED else "flash_backward"]
 
 
+def _arg_format(name, version):
+    """The argument format of kernel ``name`` (flash_backward: of fused kernel ``version``)."""
+    return backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name]
+
+
 @functools.lru_cache(maxsize=None)
 def _function(name, tf32=False, version=FUSED_KERNEL):
     """A kernel of flash_attention.cu (``flash_backward``: of fused kernel ``version``'s file;
@@ -550,7 +555,7 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
     else:
         source = SOURCE
     fn = kernels.get_function(source, name, HEAD_SIZE=64, TF32=int(tf32))
-    fn.prepare(backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name])
+    fn.prepare(_arg_format(name, version))
     if name in ("flash_forward", "flash_backward"):
         need = shared_memory_bytes(name, tf32, version)
         if need > 48 * 1024:
@@ -575,7 +580,7 @@ def _dependent(name, tf32, version):
     check_supported(tf32, version)
     shared = shared_memory_bytes(name, tf32, version) if name == "flash_backward" else 0
     return pdl.DependentKernel(kernels.cubin(BACKWARD_SOURCES[version], HEAD_SIZE=64, TF32=int(tf32)), name,
-                               backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name], shared)
+                               _arg_format(name, version), shared)
 
 
 def _scale(HS):

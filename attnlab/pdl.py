@@ -11,6 +11,7 @@ import ctypes
 import struct
 
 from .errors import SetupError
+from .libraries import DRIVER
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6    # CUlaunchAttributeID (cuda.h)
 MAX_DYNAMIC_SHARED_SIZE_BYTES = 8        # CUfunction_attribute
@@ -32,10 +33,10 @@ class LaunchConfig(ctypes.Structure):
 def driver():
     """The CUDA driver library (libcuda), or SetupError."""
     try:
-        return ctypes.CDLL("libcuda.so.1")
+        return ctypes.CDLL(DRIVER)
     except OSError as e:
         raise SetupError(f"programmatic dependent launch calls the CUDA driver directly, and "
-                         f"libcuda.so.1 could not be loaded ({e}): it needs Linux with the NVIDIA driver") from None
+                         f"{DRIVER} could not be loaded ({e}): it needs Linux with the NVIDIA driver") from None
 
 
 def _check(lib, status, what):

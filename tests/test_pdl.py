@@ -5,12 +5,12 @@ import ctypes
 import shutil
 import struct
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from attnlab import pdl
 from attnlab.errors import SetupError
+from attnlab.libraries import cuda_roots
 
 # cuda.h 13.0, by offsetof: sizeof(CUlaunchAttribute), offsetof(.., value), sizeof(CUlaunchConfig),
 # offsetof(.., sharedMemBytes), (.., hStream), (.., attrs), (.., numAttrs)
@@ -28,8 +28,8 @@ def test_the_structures_are_laid_out_as_cuda_h_lays_them_out():
 
 
 def _cuda_h():
-    nvcc = shutil.which("nvcc")
-    for root in ([Path(nvcc).resolve().parent.parent] if nvcc else []) + sorted(Path("/usr/local").glob("cuda*")):
+    """The include folder of the first CUDA root (attnlab.libraries' search order) that has cuda.h."""
+    for _, root in cuda_roots():
         if (root / "include" / "cuda.h").is_file():
             return root / "include"
     return None
