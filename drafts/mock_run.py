@@ -21,7 +21,7 @@ class GA:
     def __init__(self, shape, dtype=np.float32):
         self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
         self.a = np.zeros(self.shape, dtype); self.size = self.a.size; self.dtype = self.a.dtype
-        self.gpudata = Alloc(_next[0]); _next[0] += 4 * self.size + 256
+        self.gpudata = Alloc(_next[0]); _next[0] += (4 * self.size + 511) // 256 * 256   # cudaMalloc: 256-byte aligned
     def get(self): return self.a.copy()
     def set(self, h): assert h.shape == self.a.shape, (h.shape, self.a.shape); self.a[...] = h
 gpuarray = types.ModuleType("pycuda.gpuarray"); gpuarray.empty = GA; gpuarray.zeros = GA
