@@ -5,10 +5,11 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-24, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-24, DQ_TILED,
-          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernel 24, PDL,
-          launches the last two by programmatic dependent launch: attnlab.pdl)
+          (kernels 13-25, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-25, DQ_TILED,
+          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-25, PDL,
+          launch the last two by programmatic dependent launch: attnlab.pdl; kernel 25, PREP_ZEROES,
+          has its prep zero dq_tiles instead of a memset)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -18,9 +19,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-24 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-25 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-24 run on Hopper's wgmma, 12-17 and 19-24 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-25 run on Hopper's wgmma, 12-17 and 19-25 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -84,6 +85,8 @@ class Backward(NamedTuple):
     # flash_backward and flash_backward_dq launched by programmatic dependent launch (attnlab.pdl):
     # each may start while the kernel before it ends (its own flash_backward_prep lets flash_backward start)
     pdl: bool = False
+    # its flash_backward_prep zeroes dq_tiles (its last argument), so the call has no memset
+    prep_zeroes: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -130,6 +133,10 @@ BACKWARDS = {
                  "kernel 23's three kernels chained by programmatic dependent launch: each starts while the one before it ends",
                  dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True,
                  **{**_COPY_ENGINE, "mbarriers": 8}),
+    25: Backward("flash_attention25", 128, 256,
+                 "kernel 24 whose prep zeroes dq_tiles: three launches, no memset",
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
+                 **{**_COPY_ENGINE, "mbarriers": 8}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
@@ -148,6 +155,7 @@ SPLIT_TILES = tuple(k for k, b in BACKWARDS.items() if b.split_tiles)
 PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
 GROUPED = tuple(k for k, b in BACKWARDS.items() if b.grouped)
 PDL = tuple(k for k, b in BACKWARDS.items() if b.pdl)
+PREP_ZEROES = tuple(k for k, b in BACKWARDS.items() if b.prep_zeroes)
 # the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
 # faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
 # (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
@@ -518,6 +526,7 @@ ARG_FORMATS = {
     "flash_backward_tiled": "PPPPPPiif",        # dinp, tiles, k, v, lse, D, T, NH, scale
     "flash_backward_dq_tiled": "PPPPPPPiif",    # dinp, dq_tiles, tiles, k, v, lse, D, T, NH, scale
     "flash_backward_prep": "PPPPPii",           # tiles, D, q, dout, o, T, NH
+    "flash_backward_prep_zeroes": "PPPPPiiP",   # the same, then dq_tiles (PREP_ZEROES kernels)
     "flash_backward_dq": "PPii",                # dinp, dq_tiles, T, NH
     "permute_kernel": "PPPPiiii",               # q, k, v, inp, B, T, NH, HS
     "unpermute_kernel": "PPiiii",               # vaccum, out, B, T, NH, HS
@@ -534,6 +543,8 @@ def backward_arg_format(version):
 
 def _arg_format(name, version):
     """The argument format of kernel ``name`` (flash_backward: of fused kernel ``version``)."""
+    if name == "flash_backward_prep" and version in PREP_ZEROES:
+        return ARG_FORMATS["flash_backward_prep_zeroes"]
     return backward_arg_format(version) if name == "flash_backward" else ARG_FORMATS[name]
 
 
@@ -651,7 +662,9 @@ def backward_launches(buf, tf32, kernel):
         if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
             dq_tiles = int(own["dq_tiles"].gpudata)
             dgrid, dblock, _ = launch["flash_backward_dq"]
-            return (partial(cuda.memset_d32, dq_tiles, 0, own["dq_tiles"].size), prep,
+            zero_then_prep = ((partial(prep, dq_tiles),) if kernel in PREP_ZEROES else
+                              (partial(cuda.memset_d32, dq_tiles, 0, own["dq_tiles"].size), prep))
+            return (*zero_then_prep,
                     partial(back, grid, block, dinp, dq_tiles, *args, shared_size=shared),
                     partial(after("flash_backward_dq", tf32, kernel).prepared_call,
                             dgrid, dblock, dinp, dq_tiles, T, NH))

@@ -333,9 +333,9 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
         **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128),
-        24: ("flash_attention24", 256)}
+        24: ("flash_attention24", 256), 25: ("flash_attention25", 256)}
     for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256,
-                       24: 256}.items():
+                       24: 256, 25: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -758,7 +758,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -944,7 +944,9 @@ def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
             fused.fused_backward(buf, tf32, kernel)
             assert recorded_launches[len(first):] == first and (kernel, tf32) in buf.launches, kernel
             names = [n[0] if isinstance(n, tuple) else n for n, *_ in first]
-            if kernel in fused.DQ_TILED:
+            if kernel in fused.PREP_ZEROES:          # the prep zeroes dq_tiles: no memset
+                expect = ["flash_backward_prep", "flash_backward", "flash_backward_dq"]
+            elif kernel in fused.DQ_TILED:
                 expect = ["memset_d32", "flash_backward_prep", "flash_backward", "flash_backward_dq"]
             elif kernel in fused.TILED:
                 expect = ["memset_d2d32", "flash_backward_prep", "flash_backward"]
@@ -953,6 +955,12 @@ def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
                           *([] if fused.DETERMINISTIC[kernel] else ["memset_d32"]),
                           "flash_backward", "permute_backward_kernel"]
             assert names == expect, (kernel, names)
+            for name, args, _ in first:             # each fused kernel's launch passes what its format packs
+                if isinstance(name, tuple) and name[0].startswith("flash_backward"):
+                    assert len(args) - 2 == len(fused._arg_format(name[0], kernel)), (kernel, name, args)
+            if kernel in fused.PREP_ZEROES:          # the prep's last argument: the dq_tiles the memset zeroed
+                (prep_args,) = [args for n, args, _ in first if isinstance(n, tuple) and n[0] == "flash_backward_prep"]
+                assert prep_args[-1] == buf.kernel_buffers(kernel)["dq_tiles"].gpudata, kernel
             dependent = [n[0] for n, *_ in first if isinstance(n, tuple) and n[-1] == "PDL"]
             assert dependent == (["flash_backward", "flash_backward_dq"] if kernel in fused.PDL else []), (kernel, dependent)
             own = buf.kernel_buffers(kernel)       # what the memset zeroes: all that atomics add into
