@@ -11,6 +11,9 @@
 // faster than kernel 24 at T=1024, not resolved at 16384. Measured there as an edit of kernel 24 on
 // an H100 (results/h100/experiments/k24_tail.txt): 1.02x at T=1024 (0.1378 against 0.1401 ms),
 // 1.01x at 2048, not resolved at 16384; on the tensor-map variant too (k24_sw128.txt): 1.02x.
+// This file, beside kernel 24 in one run on an H100 (results/h100/fused_ladder_25.json, single calls):
+// 0.138 against 0.140 ms at T=1024, 0.359 against 0.363 at 2048, not resolved at 16384. Not measured
+// on the H200 yet.
 //
 // Launch geometry (attnlab/fused.py): kernel 24's, without the memset; the prep takes dq_tiles as
 // its last argument.
