@@ -12,7 +12,7 @@ cp "$F/nb/$NB" notebooks/
 for f in tma_wgmma_check.txt k23_pdl.txt k23_tma.txt k23_cli.txt; do
     [ -f "$F/$f" ] && cp "$F/$f" results/h200/experiments/
 done
-cp "$F/nb23.txt" results/h200/experiments/nb23_22nd.txt
+cp "$F/nb23.txt" results/h200/experiments/nb23.txt
 python3 - <<'PY'
 from pathlib import Path
 def sub(path, old, new):
