@@ -1,6 +1,0 @@
-# twenty-third session, call D (any Hopper card; its name is printed): the k24_tail experiment
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$name"; date -u
-case "$name" in *H100*|*H200*) ;; *) echo "not a Hopper card: nothing run"; exit 3;; esac
-source .gpu/install.sh >/dev/null 2>&1; export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
-timeout 300 python results/h200/experiments/k24_tail_script.py.txt > $OUT/k24_tail.txt 2>&1; echo "rc $?" >> $OUT/k24_tail.txt
-grep -v "^T=.* ms (IQR" $OUT/k24_tail.txt | grep -v "call [123]:" | cut -c1-220; grep "^T=.* ms (IQR" $OUT/k24_tail.txt | cut -c1-120; date -u
