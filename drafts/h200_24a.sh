@@ -1,4 +1,10 @@
 # twenty-fourth session, call A: on an H200, drafts/h200_23g.sh (what lands notebook 23 and the one-run table);
-# on an H100, drafts/h200_23i.sh (the k24_sw128gc experiment, any Hopper card), so that an H100's start is not wasted
+# on an H100, the k25_maps experiment (kernel 25 with Q, dO, then K and V too, by tensor maps passed as parameters)
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader)
-case "$name" in *H200*) bash drafts/h200_23g.sh;; *H100*) bash drafts/h200_23i.sh;; *) echo "$name: nothing run"; exit 3;; esac
+case "$name" in
+  *H200*) bash drafts/h200_23g.sh;;
+  *H100*) echo "$name"; date -u; source .gpu/install.sh >/dev/null 2>&1; export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+          timeout 300 python results/h200/experiments/k25_maps_script.py.txt > $OUT/k25_maps.txt 2>&1; echo "rc $?" >> $OUT/k25_maps.txt
+          grep -v "^T=.* ms (IQR" $OUT/k25_maps.txt | cut -c1-200; grep "^T=.* ms (IQR" $OUT/k25_maps.txt | cut -c1-130; date -u;;
+  *) echo "$name: nothing run"; exit 3;;
+esac
