@@ -19,9 +19,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-25 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-26 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-25 run on Hopper's wgmma, 12-17 and 19-25 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-26 run on Hopper's wgmma, 12-17 and 19-26 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -87,6 +87,9 @@ class Backward(NamedTuple):
     pdl: bool = False
     # its flash_backward_prep zeroes dq_tiles (its last argument), so the call has no memset
     prep_zeroes: bool = False
+    # its flash_backward copies K and V by the copy engine from two tensor maps (attnlab.tma), which
+    # it takes as kernel parameters where the others take the pointers k and v
+    kv_maps: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -137,6 +140,10 @@ BACKWARDS = {
                  "kernel 24 whose prep zeroes dq_tiles: three launches, no memset",
                  dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
                  **{**_COPY_ENGINE, "mbarriers": 8}),
+    26: Backward("flash_attention26", 128, 256,
+                 "kernel 25 whose blocks copy K and V by tensor map at their start, while they set up",
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
+                 kv_maps=True, **{**_COPY_ENGINE, "mbarriers": 9}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
@@ -156,6 +163,7 @@ PINGPONG = tuple(k for k, b in BACKWARDS.items() if b.pingpong)
 GROUPED = tuple(k for k, b in BACKWARDS.items() if b.grouped)
 PDL = tuple(k for k, b in BACKWARDS.items() if b.pdl)
 PREP_ZEROES = tuple(k for k, b in BACKWARDS.items() if b.prep_zeroes)
+KV_MAPS = tuple(k for k, b in BACKWARDS.items() if b.kv_maps)
 # the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
 # faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
 # (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
@@ -525,6 +533,9 @@ ARG_FORMATS = {
     "flash_backward": "PPPPPPPPPif",            # dq, dk, dv, q, k, v, do, lse, D, T, scale
     "flash_backward_tiled": "PPPPPPiif",        # dinp, tiles, k, v, lse, D, T, NH, scale
     "flash_backward_dq_tiled": "PPPPPPPiif",    # dinp, dq_tiles, tiles, k, v, lse, D, T, NH, scale
+    # dinp, dq_tiles, tiles, lse, D, T, NH, scale, then the maps of k and v (128 bytes each) at offsets
+    # 112 and 240, where ptxas puts a 64-byte aligned parameter (attnlab.cubin; _dependent checks it)
+    "flash_backward_kv_maps": "PPPPPiif60x128s128s",
     "flash_backward_prep": "PPPPPii",           # tiles, D, q, dout, o, T, NH
     "flash_backward_prep_zeroes": "PPPPPiiP",   # the same, then dq_tiles (PREP_ZEROES kernels)
     "flash_backward_dq": "PPii",                # dinp, dq_tiles, T, NH
@@ -537,7 +548,8 @@ ARG_FORMATS = {
 
 def backward_arg_format(version):
     """flash_backward's argument format for fused backward kernel ``version``."""
-    return ARG_FORMATS["flash_backward_dq_tiled" if version in DQ_TILED else
+    return ARG_FORMATS["flash_backward_kv_maps" if version in KV_MAPS else
+                       "flash_backward_dq_tiled" if version in DQ_TILED else
                        "flash_backward_tiled" if version in TILED else "flash_backward"]
 
 
@@ -586,12 +598,23 @@ def _function(name, tf32=False, version=FUSED_KERNEL):
 @functools.lru_cache(maxsize=None)
 def _dependent(name, tf32, version):
     """flash_backward or flash_backward_dq of PDL kernel ``version``, launched by programmatic
-    dependent launch (attnlab.pdl: a DependentKernel, called as a prepared Function is)."""
-    from . import pdl
+    dependent launch (attnlab.pdl: a DependentKernel, called as a prepared Function is), its
+    argument format checked against the cubin's parameter layout first (attnlab.cubin)."""
+    from . import cubin, pdl
     check_supported(tf32, version)
     shared = shared_memory_bytes(name, tf32, version) if name == "flash_backward" else 0
-    return pdl.DependentKernel(kernels.cubin(BACKWARD_SOURCES[version], HEAD_SIZE=64, TF32=int(tf32)), name,
-                               _arg_format(name, version), shared)
+    image = kernels.cubin(BACKWARD_SOURCES[version], HEAD_SIZE=64, TF32=int(tf32))
+    cubin.check_format(image, name, _arg_format(name, version))
+    return pdl.DependentKernel(image, name, _arg_format(name, version), shared)
+
+
+def kv_maps(buf):
+    """The tensor maps of k and v (attnlab.tma) that KV_MAPS kernels take: each (B*NH, T, HS) of
+    buf's qkvr, in boxes of 64 keys x 32 dims with the 128-byte swizzle, zeros past T."""
+    from . import tma
+    B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
+    return tuple(tma.tiled_map(x, (B * NH, T, HS), (4 * T * HS, 4 * HS, 4), (1, 64, 32), 128)
+                 for x in qkv_pointers(buf.qkvr, B, T, C)[1:])
 
 
 def _scale(HS):
@@ -658,7 +681,8 @@ def backward_launches(buf, tf32, kernel):
         pgrid, pblock, _ = launch["flash_backward_prep"]
         prep = partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
                        pgrid, pblock, tiles, D, q, dout, o, T, NH)
-        args = (tiles, k, v, lse, D, T, NH, _scale(HS))
+        args = ((tiles, lse, D, T, NH, _scale(HS), *kv_maps(buf)) if kernel in KV_MAPS else
+                (tiles, k, v, lse, D, T, NH, _scale(HS)))
         if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
             dq_tiles = int(own["dq_tiles"].gpudata)
             dgrid, dblock, _ = launch["flash_backward_dq"]

@@ -35,11 +35,12 @@ def driver():
     try:
         return ctypes.CDLL(DRIVER)
     except OSError as e:
-        raise SetupError(f"programmatic dependent launch calls the CUDA driver directly, and "
-                         f"{DRIVER} could not be loaded ({e}): it needs Linux with the NVIDIA driver") from None
+        raise SetupError(f"programmatic dependent launch and tensor maps (attnlab.tma) call the CUDA driver "
+                         f"directly, and {DRIVER} could not be loaded ({e}): it needs Linux with the NVIDIA driver") from None
 
 
-def _check(lib, status, what):
+def check_status(lib, status, what):
+    """SetupError naming the driver call ``what`` unless ``status`` is CUDA_SUCCESS."""
     if status:
         name = ctypes.c_char_p()
         lib.cuGetErrorName(status, ctypes.byref(name))
@@ -54,17 +55,17 @@ class DependentKernel:
     def __init__(self, cubin, name, arg_format, shared_size=0):
         self.lib, self.name, self.arg_format = driver(), name, arg_format
         context = ctypes.c_void_p()
-        _check(self.lib, self.lib.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        check_status(self.lib, self.lib.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
         if not context.value:
             raise SetupError(f"no CUDA context is current in this thread to load {name} into "
                              f"(attnlab.device.context() makes PyCUDA's)")
         self._image = ctypes.create_string_buffer(cubin, len(cubin))   # kept while the module lives
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
-        _check(self.lib, self.lib.cuModuleLoadData(ctypes.byref(self.module), self._image), f"cuModuleLoadData ({name})")
-        _check(self.lib, self.lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()),
+        check_status(self.lib, self.lib.cuModuleLoadData(ctypes.byref(self.module), self._image), f"cuModuleLoadData ({name})")
+        check_status(self.lib, self.lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, name.encode()),
                f"cuModuleGetFunction ({name})")
         if shared_size > 48 * 1024:      # more than 48 KB of dynamic shared memory is an opt-in
-            _check(self.lib, self.lib.cuFuncSetAttribute(self.function, MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_size),
+            check_status(self.lib, self.lib.cuFuncSetAttribute(self.function, MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_size),
                    f"cuFuncSetAttribute ({name}, {shared_size} bytes of shared memory)")
         self._attribute = LaunchAttribute(PROGRAMMATIC_STREAM_SERIALIZATION, b"", struct.pack("i", 1))
 
@@ -76,5 +77,5 @@ class DependentKernel:
                                       LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), LAUNCH_PARAM_END)
         config = LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_size, None,
                               ctypes.pointer(self._attribute), 1)
-        _check(self.lib, self.lib.cuLaunchKernelEx(ctypes.byref(config), self.function, None, extra),
+        check_status(self.lib, self.lib.cuLaunchKernelEx(ctypes.byref(config), self.function, None, extra),
                f"cuLaunchKernelEx ({self.name})")

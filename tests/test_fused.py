@@ -19,7 +19,8 @@ import shutil
 import numpy as np
 import pytest
 
-from attnlab import GPUMemoryError, InputError, KernelCompileError, cli, fused, kernels
+from attnlab import GPUMemoryError, InputError, KernelCompileError, cli, cubin, fused, kernels
+from attnlab.buffers import qkv_pointers
 from attnlab.errors import AttnlabError
 from attnlab.archs import ARCHS, LIMITS
 from attnlab.problem import make_inputs
@@ -333,9 +334,9 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
         **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128),
-        24: ("flash_attention24", 256), 25: ("flash_attention25", 256)}
+        24: ("flash_attention24", 256), 25: ("flash_attention25", 256), 26: ("flash_attention26", 256)}
     for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256,
-                       24: 256, 25: 256}.items():
+                       24: 256, 25: 256, 26: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -758,7 +759,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -923,6 +924,8 @@ def recorded_launches(monkeypatch):
         def __init__(self, name, tf32, version):
             self.name = (name, tf32, version, "PDL")
     monkeypatch.setattr(fused, "_dependent", Dependent)
+    from attnlab import tma                # a tensor map: 128 bytes naming what it maps
+    monkeypatch.setattr(tma, "tiled_map", lambda address, *a: address.to_bytes(8, "little") * 16)
     return launches
 
 
@@ -957,7 +960,11 @@ def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
             assert names == expect, (kernel, names)
             for name, args, _ in first:             # each fused kernel's launch passes what its format packs
                 if isinstance(name, tuple) and name[0].startswith("flash_backward"):
-                    assert len(args) - 2 == len(fused._arg_format(name[0], kernel)), (kernel, name, args)
+                    assert len(args) - 2 == len(cubin.format_layout(fused._arg_format(name[0], kernel))), (kernel, name, args)
+            if kernel in fused.KV_MAPS:              # flash_backward's last arguments: the maps of k and v
+                (back,) = [args for n, args, _ in first if isinstance(n, tuple) and n[0] == "flash_backward"]
+                k, v = qkv_pointers(buf.qkvr, B, T, C)[1:]
+                assert back[-2:] == (k.to_bytes(8, "little") * 16, v.to_bytes(8, "little") * 16), kernel
             if kernel in fused.PREP_ZEROES:          # the prep's last argument: the dq_tiles the memset zeroed
                 (prep_args,) = [args for n, args, _ in first if isinstance(n, tuple) and n[0] == "flash_backward_prep"]
                 assert prep_args[-1] == buf.kernel_buffers(kernel)["dq_tiles"].gpudata, kernel
