@@ -19,9 +19,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-26 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-27 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-26 run on Hopper's wgmma, 12-17 and 19-26 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-27 run on Hopper's wgmma, 12-17 and 19-27 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -90,6 +90,8 @@ class Backward(NamedTuple):
     # its flash_backward copies K and V by the copy engine from two tensor maps (attnlab.tma), which
     # it takes as kernel parameters where the others take the pointers k and v
     kv_maps: bool = False
+    # and Q from q by a third map: its query tiles hold three layouts (dO, Q^T, dO^T), not four
+    q_map: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -144,6 +146,10 @@ BACKWARDS = {
                  "kernel 25 whose blocks copy K and V by tensor map at their start, while they set up",
                  dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
                  kv_maps=True, **{**_COPY_ENGINE, "mbarriers": 9}),
+    27: Backward("flash_attention27", 128, 256,
+                 "kernel 26 whose blocks copy Q from q by tensor map too: the prep writes three layouts, not four",
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
+                 kv_maps=True, q_map=True, **{**_COPY_ENGINE, "mbarriers": 9}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
@@ -164,6 +170,7 @@ GROUPED = tuple(k for k, b in BACKWARDS.items() if b.grouped)
 PDL = tuple(k for k, b in BACKWARDS.items() if b.pdl)
 PREP_ZEROES = tuple(k for k, b in BACKWARDS.items() if b.prep_zeroes)
 KV_MAPS = tuple(k for k, b in BACKWARDS.items() if b.kv_maps)
+Q_MAPS = tuple(k for k, b in BACKWARDS.items() if b.q_map)
 # the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
 # faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
 # (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
@@ -390,16 +397,18 @@ def kernel_buffer_shapes(B, T, C, NH, kernel):
 
 
 def tiles_name(kernel):
-    """The name of TILED kernel ``kernel``'s query-tile buffer: "tiles", or "split_tiles" for
-    the SPLIT_TILES kernels (another size: one FusedBuffers can hold both)."""
-    return "split_tiles" if kernel in SPLIT_TILES else "tiles"
+    """The name of TILED kernel ``kernel``'s query-tile buffer: "tiles", "split_tiles" for the
+    SPLIT_TILES kernels or "three_layout_tiles" for the Q_MAPS ones (other sizes: one FusedBuffers
+    can hold all three)."""
+    return "split_tiles" if kernel in SPLIT_TILES else "three_layout_tiles" if kernel in Q_MAPS else "tiles"
 
 
 def query_tiles_shape(B, T, NH, kernel=13):
     """The query tiles of the TILED kernel ``kernel``: per (b, h) and tile of 64 queries, Q and
     dO in the four layouts of kernels/flash_attention13.cu (64 x 64 floats each); SPLIT_TILES
-    kernels: each layout as a high and a low part, 8 in all."""
-    layouts = 8 if kernel in SPLIT_TILES else 4
+    kernels: each layout as a high and a low part, 8 in all; Q_MAPS kernels: dO, Q^T and dO^T (Q
+    comes from q itself)."""
+    layouts = 8 if kernel in SPLIT_TILES else 3 if kernel in Q_MAPS else 4
     return (B * NH, n_tiles(T), layouts * TILE * HEAD_SIZES[0])
 
 
@@ -536,6 +545,7 @@ ARG_FORMATS = {
     # dinp, dq_tiles, tiles, lse, D, T, NH, scale, then the maps of k and v (128 bytes each) at offsets
     # 112 and 240, where ptxas puts a 64-byte aligned parameter (attnlab.cubin; _dependent checks it)
     "flash_backward_kv_maps": "PPPPPiif60x128s128s",
+    "flash_backward_kvq_maps": "PPPPPiif60x128s128s128s",   # the same, then q's map at 368 (Q_MAPS kernels)
     "flash_backward_prep": "PPPPPii",           # tiles, D, q, dout, o, T, NH
     "flash_backward_prep_zeroes": "PPPPPiiP",   # the same, then dq_tiles (PREP_ZEROES kernels)
     "flash_backward_dq": "PPii",                # dinp, dq_tiles, T, NH
@@ -548,7 +558,8 @@ ARG_FORMATS = {
 
 def backward_arg_format(version):
     """flash_backward's argument format for fused backward kernel ``version``."""
-    return ARG_FORMATS["flash_backward_kv_maps" if version in KV_MAPS else
+    return ARG_FORMATS["flash_backward_kvq_maps" if version in Q_MAPS else
+                       "flash_backward_kv_maps" if version in KV_MAPS else
                        "flash_backward_dq_tiled" if version in DQ_TILED else
                        "flash_backward_tiled" if version in TILED else "flash_backward"]
 
@@ -608,13 +619,15 @@ def _dependent(name, tf32, version):
     return pdl.DependentKernel(image, name, _arg_format(name, version), shared)
 
 
-def kv_maps(buf):
-    """The tensor maps of k and v (attnlab.tma) that KV_MAPS kernels take: each (B*NH, T, HS) of
-    buf's qkvr, in boxes of 64 keys x 32 dims with the 128-byte swizzle, zeros past T."""
+def tensor_maps(buf, kernel):
+    """The tensor maps (attnlab.tma) KV_MAPS kernel ``kernel`` takes: of k and v, and of q for the
+    Q_MAPS kernels; each (B*NH, T, HS) of buf's qkvr, in boxes of 64 rows x 32 dims with the
+    128-byte swizzle, zeros past T."""
     from . import tma
     B, T, C, NH, HS = buf.B, buf.T, buf.C, buf.NH, buf.HS
+    q, k, v = qkv_pointers(buf.qkvr, B, T, C)
     return tuple(tma.tiled_map(x, (B * NH, T, HS), (4 * T * HS, 4 * HS, 4), (1, 64, 32), 128)
-                 for x in qkv_pointers(buf.qkvr, B, T, C)[1:])
+                 for x in ((k, v, q) if kernel in Q_MAPS else (k, v)))
 
 
 def _scale(HS):
@@ -681,7 +694,7 @@ def backward_launches(buf, tf32, kernel):
         pgrid, pblock, _ = launch["flash_backward_prep"]
         prep = partial(_function("flash_backward_prep", tf32, kernel).prepared_call,
                        pgrid, pblock, tiles, D, q, dout, o, T, NH)
-        args = ((tiles, lse, D, T, NH, _scale(HS), *kv_maps(buf)) if kernel in KV_MAPS else
+        args = ((tiles, lse, D, T, NH, _scale(HS), *tensor_maps(buf, kernel)) if kernel in KV_MAPS else
                 (tiles, k, v, lse, D, T, NH, _scale(HS)))
         if kernel in DQ_TILED:   # dQ is added into dq_tiles, then written into dinp
             dq_tiles = int(own["dq_tiles"].gpudata)

@@ -334,9 +334,10 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     the launch has those threads. Other kernels have none, and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
         **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128),
-        24: ("flash_attention24", 256), 25: ("flash_attention25", 256), 26: ("flash_attention26", 256)}
+        24: ("flash_attention24", 256), 25: ("flash_attention25", 256), 26: ("flash_attention26", 256),
+        27: ("flash_attention27", 256)}
     for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256,
-                       24: 256, 25: 256, 26: 256}.items():
+                       24: 256, 25: 256, 26: 256, 27: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -381,6 +382,11 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     assert fused.extra_bytes_needed(B, T, C, NH, 18) - fused.extra_bytes_needed(B, T, C, NH, 17) == 0.75 * 2**30
     # kernel 19 (ping-pong): kernel 17's buffers; its dq_tiles hold dQ^T, in the same size
     assert fused.kernel_buffer_shapes(B, T, C, NH, 19) == fused.kernel_buffer_shapes(B, T, C, NH, 17)
+    # kernel 27 copies Q from q: three layouts (dO, Q^T, dO^T), 0.75 of kernel 26's tiles (192 MiB fewer
+    # at T=16k), under another name, so that buffers which ran kernel 26 first do not hand it theirs
+    k27 = fused.kernel_buffer_shapes(B, T, C, NH, 27)
+    assert set(k27) == {"three_layout_tiles", "dq_tiles"} and k27["three_layout_tiles"] == (B * NH, T // 64, 3 * 64 * 64)
+    assert fused.extra_bytes_needed(B, T, C, NH, 26) - fused.extra_bytes_needed(B, T, C, NH, 27) == 192 * 2**20
     with pytest.raises(InputError, match=f"got {LAST + 1}"):
         fused.kernel_buffer_shapes(B, T, C, NH, LAST + 1)
 
@@ -759,7 +765,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26, 27)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
@@ -961,10 +967,12 @@ def test_fused_backward_launches_what_it_worked_out_once(recorded_launches):
             for name, args, _ in first:             # each fused kernel's launch passes what its format packs
                 if isinstance(name, tuple) and name[0].startswith("flash_backward"):
                     assert len(args) - 2 == len(cubin.format_layout(fused._arg_format(name[0], kernel))), (kernel, name, args)
-            if kernel in fused.KV_MAPS:              # flash_backward's last arguments: the maps of k and v
+            if kernel in fused.KV_MAPS:              # flash_backward's last arguments: the maps of k and v (and q)
                 (back,) = [args for n, args, _ in first if isinstance(n, tuple) and n[0] == "flash_backward"]
-                k, v = qkv_pointers(buf.qkvr, B, T, C)[1:]
-                assert back[-2:] == (k.to_bytes(8, "little") * 16, v.to_bytes(8, "little") * 16), kernel
+                q, k, v = qkv_pointers(buf.qkvr, B, T, C)
+                maps = (k, v, q) if kernel in fused.Q_MAPS else (k, v)
+                assert back[-len(maps):] == tuple(x.to_bytes(8, "little") * 16 for x in maps), kernel
+                assert not isinstance(back[-len(maps) - 1], bytes), kernel
             if kernel in fused.PREP_ZEROES:          # the prep's last argument: the dq_tiles the memset zeroed
                 (prep_args,) = [args for n, args, _ in first if isinstance(n, tuple) and n[0] == "flash_backward_prep"]
                 assert prep_args[-1] == buf.kernel_buffers(kernel)["dq_tiles"].gpudata, kernel
