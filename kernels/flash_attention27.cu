@@ -13,7 +13,11 @@
 // it).
 // Measured first as an edit of kernel 26 on an H100 (results/h100/experiments/k26_qdo.txt): the call
 // 1.04x faster at T=1024 (range 1.03-1.05x), 1.02x at 2048, not resolved at 16384. Predicted for this
-// file: 1.03x to 1.05x faster than kernel 26 at T=1024, not resolved at 16384.
+// file: 1.03x to 1.05x faster than kernel 26 at T=1024, not resolved at 16384. This file, beside
+// kernels 25 and 26 in one run on an H100 (results/h100/fused_ladder_27.json, single calls): 0.127
+// (0.127-0.127) against 0.133 (0.133-0.134) ms at T=1024, 0.342 against 0.350 at 2048, not resolved at
+// 16384 (14.711 against 14.404; the IQRs overlap). dinp's max |err| at the default shape 1.22e-03
+// (kernel 26: 1.01e-03; the tolerance is 5e-03). Not measured on the H200 yet.
 //
 // Launch geometry (attnlab/fused.py): kernel 26's; flash_backward takes a third map, q's (fused.Q_MAPS),
 // and the query tiles are the buffer "three_layout_tiles".
