@@ -3,8 +3,8 @@
 A launch through the driver's parameter buffer (attnlab.pdl) must lay the arguments out as ptxas
 did. For pointers and ints the C rules (struct's native alignment) agree with it; for a 64-byte
 aligned parameter, such as a tensor map passed by value, they need not: ptxas aligns it in the
-constant bank, whose parameters start at 0x210 there, so after 52 bytes of other parameters a map
-lies at offset 112, not 64 or 128. The layout is read from the cubin's .nv.info.KERNEL section
+constant bank, where the parameters of the sm_90a cubins nvcc 13.0 builds start at 0x210, so after
+52 bytes of other parameters a map lies at offset 112, not 64 or 128. The layout is read from the cubin's .nv.info.KERNEL section
 (ELF), EIATTR_KPARAM_INFO records: (index, offset, size) of each parameter.
 """
 import re

@@ -614,9 +614,9 @@ def _dependent(name, tf32, version):
     from . import cubin, pdl
     check_supported(tf32, version)
     shared = shared_memory_bytes(name, tf32, version) if name == "flash_backward" else 0
-    image = kernels.cubin(BACKWARD_SOURCES[version], HEAD_SIZE=64, TF32=int(tf32))
-    cubin.check_format(image, name, _arg_format(name, version))
-    return pdl.DependentKernel(image, name, _arg_format(name, version), shared)
+    image, arg_format = kernels.cubin(BACKWARD_SOURCES[version], HEAD_SIZE=64, TF32=int(tf32)), _arg_format(name, version)
+    cubin.check_format(image, name, arg_format)
+    return pdl.DependentKernel(image, name, arg_format, shared)
 
 
 def tensor_maps(buf, kernel):

@@ -2,8 +2,8 @@
 memory (cp.async.bulk.tensor), encoded by the CUDA driver's cuTensorMapEncodeTiled.
 
 PyCUDA has no binding for it, so it is called by ctypes (the driver library attnlab.pdl loads). A map
-is 128 opaque bytes; kernels/flash_attention26.cu takes its two (k and v) as __grid_constant__ kernel
-parameters, where the copy engine fetches them cheaply (attnlab.cubin says where they lie).
+is 128 opaque bytes; kernels 26 and 27 take theirs (of k and v; kernel 27 also of q) as __grid_constant__
+kernel parameters, where the copy engine fetches them cheaply (attnlab.cubin says where they lie).
 """
 import ctypes
 
