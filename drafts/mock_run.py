@@ -93,14 +93,15 @@ drv.mem_alloc = lambda n: Alloc(_next[0])
 drv.memcpy_dtoh = lambda h, d: None
 compiler = types.ModuleType("pycuda.compiler")   # nvcc is not run: the "cubin" is the source
 def _nvcc(src, options=(), arch="sm_90a", include_dirs=(), **k):
-    """MOCK_NVCC=1: the real cubin (nvcc runs here, nothing is launched), for scripts that read it."""
+    """The real cubin (nvcc runs here, nothing is launched), for code that reads it (attnlab.cubin)."""
     import subprocess, tempfile
     with tempfile.TemporaryDirectory() as d:
         open(f"{d}/k.cu", "w").write(src)
         subprocess.run(["nvcc", "-cubin", f"-arch={arch}", *options, *(f"-I{i}" for i in include_dirs),
                         f"{d}/k.cu", "-o", f"{d}/k.cubin"], check=True)
         return open(f"{d}/k.cubin", "rb").read()
-compiler.compile = _nvcc if os.environ.get("MOCK_NVCC") else lambda src, **k: src.encode()
+import shutil                                     # a real cubin where nvcc is here (attnlab.cubin reads it); MOCK_NVCC=0: the source
+compiler.compile = _nvcc if shutil.which("nvcc") and os.environ.get("MOCK_NVCC") != "0" else lambda src, **k: src.encode()
 compiler.SourceModule = lambda src, **k: Mod(src)
 drv.CompileError = type("CompileError", (Exception,), {})
 sys.modules["pycuda.compiler"] = compiler
