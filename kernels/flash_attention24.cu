@@ -22,7 +22,8 @@
 // at T=1024, 1.04x at 2048, not resolved at 4096 and 16384; reordering the prologue without PDL: 1.02x.
 // This file, beside kernel 23 in one run on an H100 (results/h100/fused_ladder_24.json, single calls):
 // 0.139 against 0.149 ms at T=1024 (1.07x), 0.363 against 0.372 at 2048, not resolved at 16384.
-// Not measured on the H200 yet, where kernel 23 took 0.134 ms at T=1024 (#23's target: 0.11).
+// On the H200, in one run with kernels 23-27 (results/h200/fused_ladder_27.json, single calls): 0.127 (0.127-0.128) against
+// 0.133 (0.132-0.134) ms at T=1024, 0.336 against 0.343 at 2048, not resolved at 16384.
 //
 // Launch geometry (attnlab/fused.py): kernel 23's; flash_backward and flash_backward_dq launched with
 // the PDL attribute, after flash_backward_prep (its own, 256 threads) on the same stream.

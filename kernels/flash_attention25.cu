@@ -12,8 +12,9 @@
 // an H100 (results/h100/experiments/k24_tail.txt): 1.02x at T=1024 (0.1378 against 0.1401 ms),
 // 1.01x at 2048, not resolved at 16384; on the tensor-map variant too (k24_sw128.txt): 1.02x.
 // This file, beside kernel 24 in one run on an H100 (results/h100/fused_ladder_25.json, single calls):
-// 0.138 against 0.140 ms at T=1024, 0.359 against 0.363 at 2048, not resolved at 16384. Not measured
-// on the H200 yet.
+// 0.138 against 0.140 ms at T=1024, 0.359 against 0.363 at 2048, not resolved at 16384. On the H200,
+// in one run with kernels 23-27 (results/h200/fused_ladder_27.json): 0.124 (0.124-0.125) against 0.127
+// (0.127-0.128) ms at T=1024, 0.332 against 0.336 at 2048, not resolved at 16384.
 //
 // Launch geometry (attnlab/fused.py): kernel 24's, without the memset; the prep takes dq_tiles as
 // its last argument.

@@ -24,7 +24,9 @@
 // 1.03x to 1.06x faster than kernel 25 at T=1024, not resolved at 16384. This file, beside kernel 25
 // in one run on an H100 (results/h100/fused_ladder_26.json, single calls): 0.133 (0.133-0.134) against
 // 0.138 (0.137-0.139) ms at T=1024, 0.351 against 0.358 at 2048, not resolved at 16384 (14.333 against
-// 14.438). Not measured on the H200 yet.
+// 14.438). On the H200, in one run with kernels 23-27 (results/h200/fused_ladder_27.json): 0.118
+// (0.118-0.120) against 0.124 (0.124-0.125) ms at T=1024, 0.322 against 0.332 at 2048, not resolved at
+// 16384 (14.690 against 14.761).
 //
 // Launch geometry (attnlab/fused.py): kernel 25's; flash_backward takes the maps of k and v
 // (fused.KV_MAPS) where kernel 25 takes their pointers.
