@@ -19,8 +19,9 @@
 // 16384 (14.711 against 14.404; the IQRs overlap). dinp's max |err| at the default shape 1.22e-03
 // (kernel 26: 1.01e-03; the tolerance is 5e-03). On the H200, in one run with kernels 23-27
 // (results/h200/fused_ladder_27.json): 0.116 (0.116-0.117) against 0.118 (0.118-0.120) ms at T=1024,
-// 0.319 against 0.322 at 2048, and 1.02x slower at 16384 (15.030 against 14.690; the IQRs do not
-// overlap), where the H100 had not resolved it. #23 asks for 0.11 ms at T=1024.
+// 1.02x, below the predicted range; 0.319 against 0.322 at 2048; and 1.02x slower at 16384 (15.030
+// against 14.690; the IQRs do not overlap), where the H100 had not resolved it and the prediction said
+// not resolved. #23 asks for 0.11 ms at T=1024.
 //
 // Launch geometry (attnlab/fused.py): kernel 26's; flash_backward takes a third map, q's (fused.Q_MAPS),
 // and the query tiles are the buffer "three_layout_tiles".
