@@ -5,11 +5,12 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-25, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-25, DQ_TILED,
-          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-25, PDL,
-          launch the last two by programmatic dependent launch: attnlab.pdl; kernel 25, PREP_ZEROES,
-          has its prep zero dq_tiles instead of a memset)
+          (kernels 13-27, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-27, DQ_TILED,
+          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-27, PDL,
+          launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-27,
+          PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-27, KV_MAPS,
+          take K and V, and kernel 27, Q_MAPS, Q too, as tensor maps: attnlab.tma)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,

@@ -35,14 +35,22 @@ def _cuda_h():
     return None
 
 
-def test_the_layout_and_the_numbers_are_this_toolkit_s(tmp_path):
-    """Compiled against the toolkit's own cuda.h, where there is one and a C compiler: the same layout,
-    and the attribute and parameter numbers pdl uses."""
+def run_against_cuda_h(tmp_path, name, c_source):
+    """What the C program ``c_source`` prints, compiled against the toolkit's own cuda.h and run; the
+    test skips where there is no cuda.h or no C compiler."""
     include, cc = _cuda_h(), shutil.which("cc") or shutil.which("gcc")
     if include is None or cc is None:
         pytest.skip(f"needs cuda.h and a C compiler (cuda.h: {include}, cc: {cc})")
-    src = tmp_path / "layout.c"
-    src.write_text("""#include <stdio.h>
+    src = tmp_path / f"{name}.c"
+    src.write_text(c_source)
+    subprocess.run([cc, f"-I{include}", str(src), "-o", str(tmp_path / name)], check=True, capture_output=True)
+    return subprocess.run([str(tmp_path / name)], check=True, capture_output=True, text=True).stdout
+
+
+def test_the_layout_and_the_numbers_are_this_toolkit_s(tmp_path):
+    """Compiled against the toolkit's own cuda.h, where there is one and a C compiler: the same layout,
+    and the attribute and parameter numbers pdl uses."""
+    layout, numbers = run_against_cuda_h(tmp_path, "layout", """#include <stdio.h>
 #include <stddef.h>
 #include <cuda.h>
 int main(void) {
@@ -54,10 +62,7 @@ int main(void) {
            (int)(size_t)CU_LAUNCH_PARAM_BUFFER_SIZE, (int)(size_t)CU_LAUNCH_PARAM_END);
     return 0;
 }
-""")
-    subprocess.run([cc, f"-I{include}", str(src), "-o", str(tmp_path / "layout")], check=True, capture_output=True)
-    layout, numbers = subprocess.run([str(tmp_path / "layout")], check=True, capture_output=True,
-                                     text=True).stdout.splitlines()
+""").splitlines()
     assert tuple(map(int, layout.split())) == ctypes_layout()
     assert tuple(map(int, numbers.split())) == (pdl.PROGRAMMATIC_STREAM_SERIALIZATION, pdl.MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 pdl.LAUNCH_PARAM_BUFFER_POINTER, pdl.LAUNCH_PARAM_BUFFER_SIZE,

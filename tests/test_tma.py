@@ -3,14 +3,12 @@ cuTensorMapEncodeTiled in the driver's order, the numbers are cuda.h's, and the 
 makes describing an array (strides in floats, the driver's order, a box too wide for its swizzle)
 are refused in Python, naming the argument, before the driver."""
 import ctypes
-import shutil
-import subprocess
 
 import pytest
 
 from attnlab import pdl, tma
 from attnlab.errors import InputError, SetupError
-from test_pdl import _cuda_h
+from test_pdl import run_against_cuda_h
 
 T, HS = 1024, 64
 Q = 0x7F00_0000_0000                      # a device address, as cudaMalloc aligns them (256 bytes)
@@ -90,11 +88,7 @@ def test_a_misaligned_address_is_refused(driver):
 
 def test_the_numbers_are_this_toolkit_s(tmp_path):
     """Compiled against the toolkit's own cuda.h, where there is one and a C compiler."""
-    include, cc = _cuda_h(), shutil.which("cc") or shutil.which("gcc")
-    if include is None or cc is None:
-        pytest.skip(f"needs cuda.h and a C compiler (cuda.h: {include}, cc: {cc})")
-    src = tmp_path / "numbers.c"
-    src.write_text("""#include <stdio.h>
+    got = tuple(map(int, run_against_cuda_h(tmp_path, "numbers", """#include <stdio.h>
 #include <cuda.h>
 int main(void) {
     printf("%zu %zu %d %d %d %d %d %d %d %d\\n", sizeof(CUtensorMap), _Alignof(CUtensorMap),
@@ -103,9 +97,6 @@ int main(void) {
            (int)CU_TENSOR_MAP_L2_PROMOTION_NONE, (int)CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return 0;
 }
-""")
-    subprocess.run([cc, "-std=c11", f"-I{include}", str(src), "-o", str(tmp_path / "numbers")], check=True, capture_output=True)
-    got = tuple(map(int, subprocess.run([str(tmp_path / "numbers")], check=True, capture_output=True,
-                                        text=True).stdout.split()))
+""").split()))
     assert got == (tma.MAP_BYTES, tma.MAP_BYTES, tma.FLOAT32, *tma.SWIZZLES.values(), tma.INTERLEAVE_NONE,
                    tma.L2_PROMOTION_NONE, tma.OOB_FILL_ZEROS)
