@@ -5,12 +5,12 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-27, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-27, DQ_TILED,
-          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-27, PDL,
-          launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-27,
-          PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-27, KV_MAPS,
-          take K and V, and kernel 27, Q_MAPS, Q too, as tensor maps: attnlab.tma)
+          (kernels 13-28, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-28, DQ_TILED,
+          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-28, PDL,
+          launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-28,
+          PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-28, KV_MAPS,
+          take K and V, and kernels 27-28, Q_MAPS, Q too, as tensor maps: attnlab.tma)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -20,9 +20,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-27 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-28 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-27 run on Hopper's wgmma, 12-17 and 19-27 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-28 run on Hopper's wgmma, 12-17 and 19-28 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -149,6 +149,10 @@ BACKWARDS = {
                  kv_maps=True, **{**_COPY_ENGINE, "mbarriers": 9}),
     27: Backward("flash_attention27", 128, 256,
                  "kernel 26 whose blocks copy Q from q by tensor map too: the prep writes three layouts, not four",
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
+                 kv_maps=True, q_map=True, **{**_COPY_ENGINE, "mbarriers": 9}),
+    28: Backward("flash_attention28", 128, 256,
+                 "kernel 27 whose blocks write dK and dV as whole rows, through shared memory",
                  dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
                  kv_maps=True, q_map=True, **{**_COPY_ENGINE, "mbarriers": 9}),
 }

@@ -335,9 +335,9 @@ def test_each_tiled_kernel_has_its_prep_kernel():
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
         **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128),
         24: ("flash_attention24", 256), 25: ("flash_attention25", 256), 26: ("flash_attention26", 256),
-        27: ("flash_attention27", 256)}
+        27: ("flash_attention27", 256), 28: ("flash_attention28", 256)}
     for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256,
-                       24: 256, 25: 256, 26: 256, 27: 256}.items():
+                       24: 256, 25: 256, 26: 256, 27: 256, 28: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
     for k in (9, 10, 11, 12):
@@ -387,6 +387,7 @@ def test_a_kernel_s_own_buffers_are_only_those_it_uses():
     k27 = fused.kernel_buffer_shapes(B, T, C, NH, 27)
     assert set(k27) == {"three_layout_tiles", "dq_tiles"} and k27["three_layout_tiles"] == (B * NH, T // 64, 3 * 64 * 64)
     assert fused.extra_bytes_needed(B, T, C, NH, 26) - fused.extra_bytes_needed(B, T, C, NH, 27) == 192 * 2**20
+    assert fused.kernel_buffer_shapes(B, T, C, NH, 28) == k27      # kernel 28 changes only how dK and dV are stored
     with pytest.raises(InputError, match=f"got {LAST + 1}"):
         fused.kernel_buffer_shapes(B, T, C, NH, LAST + 1)
 
@@ -765,7 +766,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26, 27)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26, 27, 28)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
