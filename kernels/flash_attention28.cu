@@ -14,7 +14,17 @@
 // Measured first as an edit of kernel 27 on an H100 (results/h100/experiments/k27_late.txt, "late +
 // rows" against "late", which copies the second query tile after the first turn): the call 1.02x faster
 // at T=1024 (range 1.01-1.03x) and 2048, not resolved at 16384. Predicted for this file: 1.01x to 1.03x
-// faster than kernel 27 at T=1024, not resolved at 16384. Not measured yet as this file.
+// faster than kernel 27 at T=1024, not resolved at 16384. This file, beside kernels 26 and 27 in one run
+// on an H100 (results/h100/fused_ladder_28.json, single calls): 0.125 (0.124-0.125) against 0.127
+// (0.127-0.128) ms at T=1024, 0.336 against 0.342 at 2048, not resolved at 16384 (14.448 against
+// 14.661; the IQRs overlap). dK and dV are kernel 27's bits (dinp's max |err| the same, 1.22e-03).
+// Where the time went is not where the idea said (results/h100/experiments/k28_blocktime.txt, one
+// call at T=1024, thread 0's clock): the epilogue did not get shorter (a median 4,554 cycles against
+// kernel 27's 3,790: the rows wait for the warpgroup's barrier), but a step of the loop did (3,886
+// cycles against 4,035), and the SMs idled less between blocks (2.0 us against 3.7). Why the loop,
+// which this file does not change, runs faster is not measured; ptxas gives this file 222 registers,
+// kernel 27 240, and kernel 27's stores of 8-float pieces reach the L2 as four times as many requests
+// while other blocks' loops run.
 //
 // Launch geometry (attnlab/fused.py): kernel 27's.
 #include "flash_wgmma.cuh"
