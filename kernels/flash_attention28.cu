@@ -18,6 +18,9 @@
 // on an H100 (results/h100/fused_ladder_28.json, single calls): 0.125 (0.124-0.125) against 0.127
 // (0.127-0.128) ms at T=1024, 0.336 against 0.342 at 2048, not resolved at 16384 (14.448 against
 // 14.661; the IQRs overlap). dK and dV are kernel 27's bits (dinp's max |err| the same, 1.22e-03).
+// On the H200, in one run with kernels 23-27 (results/h200/fused_ladder_28.json): 0.114 (0.113-0.114)
+// against 0.116 (0.116-0.117) ms at T=1024, 0.315 against 0.320 at 2048, not resolved at 16384 (14.665
+// against 14.862). #23 asks for 0.11 ms at T=1024.
 // Where the time went is not where the idea said (results/h100/experiments/k28_blocktime.txt, one
 // call at T=1024, thread 0's clock): the epilogue did not get shorter (a median 4,554 cycles against
 // kernel 27's 3,790: the rows wait for the warpgroup's barrier), but a step of the loop did (3,886
