@@ -8,9 +8,12 @@
 // of its 0.0955 (k21_knockouts.txt): there a block spends a seventh of its life outside the loop, and
 // the epilogue is part of it. Here each warpgroup, once its last products are done, puts its 64 keys'
 // dK and dV into its own part of the K and V tiles in shared memory (which nothing reads any more),
-// rows of 64 floats with their 16-byte chunks XOR-swizzled by row so that neither the writes nor the
-// reads conflict on banks, then writes them out a row of 256 bytes per 16 threads: 16 float4 stores a
-// thread where kernel 27 had 32 float2. The same values, so dK and dV are kernel 27's bits.
+// rows of 64 floats with their 16-byte chunks XOR-swizzled by row, then writes them out a row of 256
+// bytes per 16 threads: 16 float4 stores a thread where kernel 27 had 32 float2. The same values, so
+// dK and dV are kernel 27's bits. Counted lane by lane (not measured; notebook 26's draft): the float4
+// reads take the fewest turns on the banks, 4 a warp; the float2 writes take 4 where 2 would do (8
+// without the swizzle): rows g and g + 1 of a half-warp share banks. XOR with 2 (row % 4) instead of
+// row % 8 would make them 2; not tried.
 // Measured first as an edit of kernel 27 on an H100 (results/h100/experiments/k27_late.txt, "late +
 // rows" against "late", which copies the second query tile after the first turn): the call 1.02x faster
 // at T=1024 (range 1.01-1.03x) and 2048, not resolved at 16384. Predicted for this file: 1.01x to 1.03x
