@@ -1,6 +1,5 @@
 # twenty-fifth session, prepared for the next (the H200 only; nothing on another card): notebook 26 (draft)
-# and 25 (drafts) executed and nbval'd on the H200, each alone; then `bash drafts/land_nb.sh 24 FILES_AT` and
-# `bash drafts/land_nb.sh 25 FILES_AT`. About 2 minutes.
+# executed and nbval'd on the H200; then `bash drafts/land_nb.sh 26 FILES_AT`. About 1 minute.
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$name"; date -u
 case "$name" in *H200*) ;; *) echo "not an H200: nothing run"; exit 3;; esac
 source .gpu/install.sh >/dev/null 2>&1; export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
