@@ -12,7 +12,7 @@
 // bytes per 16 threads: 16 float4 stores a thread where kernel 27 had 32 float2. The same values, so
 // dK and dV are kernel 27's bits. Counted lane by lane (not measured; notebook 26's draft): the float4
 // reads take the fewest turns on the banks, 4 a warp; the float2 writes take 4 where 2 would do (8
-// without the swizzle): rows g and g + 1 of a half-warp share banks. XOR with 2 (row % 4) instead of
+// without the swizzle): rows 2k and 2k + 1 of a half-warp share banks. XOR with 2 (row % 4) instead of
 // row % 8 would make them 2; not tried.
 // Measured first as an edit of kernel 27 on an H100 (results/h100/experiments/k27_late.txt, "late +
 // rows" against "late", which copies the second query tile after the first turn): the call 1.02x faster
