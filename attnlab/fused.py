@@ -5,12 +5,12 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-28, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-28, DQ_TILED,
-          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-28, PDL,
-          launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-28,
-          PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-28, KV_MAPS,
-          take K and V, and kernels 27-28, Q_MAPS, Q too, as tensor maps: attnlab.tma)
+          (kernels 13-29, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-29, DQ_TILED,
+          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-29, PDL,
+          launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-29,
+          PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-29, KV_MAPS,
+          take K and V, and kernels 27-29, Q_MAPS, Q too, as tensor maps: attnlab.tma)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -20,9 +20,9 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-28 add dQ with
+writer, so the same inputs give bit-identical dinp run after run; kernels 11-29 add dQ with
 atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-28 run on Hopper's wgmma, 12-17 and 19-28 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+on tensor cores (3xTF32); 12-29 run on Hopper's wgmma, 12-17 and 19-29 in TF32 only, 18 in 3xTF32 only. Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
@@ -74,8 +74,9 @@ class Backward(NamedTuple):
     # brings its own flash_backward_prep (as many threads as its backward), whose query tiles
     # hold each layout twice, as a TF32 high and low part (3xTF32): 8 layouts, not 4
     split_tiles: bool = False
-    # two warpgroups in ping-pong, each with its own dQ^T (K^T from registers, so no K^T tile),
-    # Q^T and dO^T in two stages, and lse and D per warpgroup in two stages
+    # two warpgroups in ping-pong, each with its own dQ^T (K^T from registers, so no K^T tile; kernel
+    # 29: dQ^T in a warpgroup of its own), Q^T and dO^T in two stages, and lse and D per warpgroup in
+    # two stages
     pingpong: bool = False
     # launched heads_at_once heads at a time, so that their query and dQ tiles stay in L2: the grid
     # is (G, key tiles, B*NH / G), not (B*NH, key tiles)
@@ -93,6 +94,9 @@ class Backward(NamedTuple):
     kv_maps: bool = False
     # and Q from q by a third map: its query tiles hold three layouts (dO, Q^T, dO^T), not four
     q_map: bool = False
+    # a warpgroup of its own computes dQ^T for all the block's keys (kernel 29): flash_backward has 128
+    # threads more than its keys' warpgroups, its flash_backward_prep and flash_backward_dq 128 fewer
+    dq_warpgroup: bool = False
 
 
 _COPY_ENGINE = dict(precisions=TF32, wgmma=True, tiled=True, mbarriers=3)
@@ -155,12 +159,17 @@ BACKWARDS = {
                  "kernel 27 whose blocks write dK and dV as whole rows, through shared memory",
                  dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
                  kv_maps=True, q_map=True, **{**_COPY_ENGINE, "mbarriers": 9}),
+    29: Backward("flash_attention29", 128, 384,
+                 "kernel 28 with a third warpgroup that computes dQ^T for all 128 keys: half the adds",
+                 dq_tiled=True, dq_adds="float4 reductions", pingpong=True, grouped=True, pdl=True, prep_zeroes=True,
+                 kv_maps=True, q_map=True, dq_warpgroup=True, **{**_COPY_ENGINE, "mbarriers": 9}),
 }
 # The record's fields as tables, by kernel number (what the rest of attnlab reads).
 FUSED_KERNELS = tuple(BACKWARDS)
 BACKWARD_SOURCES = {k: b.source for k, b in BACKWARDS.items()}
 OWN_ROWS = {k: b.own_rows for k, b in BACKWARDS.items()}
 BACKWARD_THREADS = {k: b.threads for k, b in BACKWARDS.items()}
+PASS_THREADS = {k: b.threads - 128 * b.dq_warpgroup for k, b in BACKWARDS.items()}   # its prep and dq pass
 ABOUT = {k: b.about for k, b in BACKWARDS.items()}
 DETERMINISTIC = {k: b.deterministic for k, b in BACKWARDS.items()}
 WGMMA_KERNELS = tuple(k for k, b in BACKWARDS.items() if b.wgmma)
@@ -176,6 +185,7 @@ PDL = tuple(k for k, b in BACKWARDS.items() if b.pdl)
 PREP_ZEROES = tuple(k for k, b in BACKWARDS.items() if b.prep_zeroes)
 KV_MAPS = tuple(k for k, b in BACKWARDS.items() if b.kv_maps)
 Q_MAPS = tuple(k for k, b in BACKWARDS.items() if b.q_map)
+DQ_WARPGROUP = tuple(k for k, b in BACKWARDS.items() if b.dq_warpgroup)
 # the TF32 kernel the refusals point to (kernel 18's #error says the same): kernel 17. Kernel 19 is
 # faster in bursts from T=2048 to 8192, but kernel 17 is a hair faster at T=1024
 # (fused_ladder_19.json) and, its flash_backward back to back at the power cap, at T=16384
@@ -319,12 +329,13 @@ def check_precision(tf32, version):
 
 def prep_of(version):
     """(source, threads per block) of TILED kernel ``version``'s flash_backward_prep: kernel 13's,
-    or the SPLIT_TILES and PDL kernels' own, with as many threads as their flash_backward."""
+    or the SPLIT_TILES and PDL kernels' own, with PASS_THREADS (as many as their flash_backward but
+    for kernel 29)."""
     if check_fused_kernel(version) not in TILED:
         raise InputError(f"fused backward kernel {version} has no flash_backward_prep: only the "
                          f"TILED kernels {list(TILED)} read query tiles")
     if version in SPLIT_TILES or version in PDL:
-        return BACKWARD_SOURCES[version], BACKWARD_THREADS[version]
+        return BACKWARD_SOURCES[version], PASS_THREADS[version]
     return PREP_SOURCE, PREP_THREADS
 
 
@@ -375,7 +386,7 @@ def fused_launch(B, T, NH, tf32, version=FUSED_KERNEL, l2_bytes=None):
     if version in TILED:   # one block per 64-query tile
         launch["flash_backward_prep"] = ((BH, nt, 1), (prep_of(version)[1], 1, 1), 0)
     if version in DQ_TILED:
-        launch["flash_backward_dq"] = ((BH, nt, 1), (BACKWARD_THREADS[version], 1, 1), 0)
+        launch["flash_backward_dq"] = ((BH, nt, 1), (PASS_THREADS[version], 1, 1), 0)
     return launch
 
 

@@ -43,7 +43,8 @@ ARCH_SPECIFIC = ("wgmma_check", "flash_attention12", "flash_attention13", "flash
                  "flash_attention17", "flash_attention18", "flash_attention19",
                  "flash_attention20", "flash_attention21", "flash_attention22",
                  "flash_attention23", "flash_attention24", "flash_attention25",
-                 "flash_attention26", "flash_attention27", "flash_attention28")
+                 "flash_attention26", "flash_attention27", "flash_attention28",
+                 "flash_attention29")
 
 
 def kernel_path(name):

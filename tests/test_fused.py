@@ -309,8 +309,9 @@ def test_a_numpy_kernel_number_is_taken_as_a_plain_int():
 
 def test_every_kernel_record_is_consistent():
     """What a new record in fused.BACKWARDS must respect: the copy engine and dq_tiles come only
-    with ready-made tiles, tiles only on wgmma, a wgmma block is warpgroups of 64 keys each, and
-    the source exists and is built for sm_90a when it uses wgmma."""
+    with ready-made tiles, tiles only on wgmma, a wgmma block is warpgroups of 64 keys each (and
+    kernel 29's one more warpgroup for dQ^T, on tiles), and the source exists and is built for sm_90a
+    when it uses wgmma."""
     for k, b in fused.BACKWARDS.items():
         assert (kernels.KERNEL_DIR / f"{b.source}.cu").is_file(), k
         assert b.precisions in (fused.TF32, fused.FP32, fused.BOTH), k
@@ -320,7 +321,9 @@ def test_every_kernel_record_is_consistent():
             assert b.wgmma and not b.deterministic, k
         if b.wgmma:
             assert b.source in kernels.ARCH_SPECIFIC and b.threads % 128 == 0, k
-            assert b.own_rows == 64 * (b.threads // 128), k
+            assert b.own_rows == 64 * (fused.PASS_THREADS[k] // 128), k
+        if b.dq_warpgroup:
+            assert b.dq_tiled and b.pingpong and fused.PASS_THREADS[k] == b.threads - 128 == 256, k
         if b.split_tiles:
             assert b.precisions == fused.FP32, k
         assert b.dq_adds in ("atomics", "bulk reductions", "float4 reductions"), k
@@ -330,16 +333,22 @@ def test_every_kernel_record_is_consistent():
 
 def test_each_tiled_kernel_has_its_prep_kernel():
     """prep_of is where a TILED kernel's flash_backward_prep comes from: kernel 13's (256
-    threads) or, for the SPLIT_TILES kernels, their own (as many threads as their backward);
-    the launch has those threads. Other kernels have none, and say so."""
+    threads) or, for the SPLIT_TILES and PDL kernels, their own (as many threads as their backward,
+    kernel 29's 128 fewer); the launch has those threads, its dq pass too. Other kernels have none,
+    and say so."""
     assert {k: fused.prep_of(k) for k in fused.TILED} == {
         **{k: ("flash_attention13", 256) for k in (13, 14, 15, 16, 17, 19, 20, 21, 22, 23)}, 18: ("flash_attention18", 128),
         24: ("flash_attention24", 256), 25: ("flash_attention25", 256), 26: ("flash_attention26", 256),
-        27: ("flash_attention27", 256), 28: ("flash_attention28", 256)}
+        27: ("flash_attention27", 256), 28: ("flash_attention28", 256), 29: ("flash_attention29", 256)}
     for k, threads in {13: 256, 14: 256, 15: 256, 16: 256, 17: 256, 18: 128, 19: 256, 20: 256, 21: 256, 22: 256, 23: 256,
-                       24: 256, 25: 256, 26: 256, 27: 256, 28: 256}.items():
+                       24: 256, 25: 256, 26: 256, 27: 256, 28: 256, 29: 256}.items():
         launch = fused.fused_launch(4, 1024, 12, fused.precisions(k)[-1], k, l2_bytes=60 * 2**20)
         assert launch["flash_backward_prep"] == ((48, 16, 1), (threads, 1, 1), 0), k
+        if k in fused.DQ_TILED:
+            assert launch["flash_backward_dq"] == ((48, 16, 1), (threads, 1, 1), 0), k
+    # kernel 29's flash_backward: three warpgroups, its prep and dq pass two (its source's NUM_THREADS)
+    assert fused.fused_launch(4, 1024, 12, True, 29, l2_bytes=60 * 2**20)["flash_backward"][1] == (384, 1, 1)
+    assert fused.DQ_WARPGROUP == (29,)
     for k in (9, 10, 11, 12):
         with pytest.raises(InputError, match=f"kernel {k} has no flash_backward_prep: only the TILED"):
             fused.prep_of(k)
@@ -766,7 +775,7 @@ def test_kernel_19_s_shared_memory_is_what_its_source_lays_out():
     dS of 64 queries x 128 keys; lse and D per warpgroup in two stages; 8 mbarriers: the
     layout of kernels/flash_attention19.cu, in floats of 4 bytes. It fits the H200's 227 KiB
     per block, and kernel 17's K^T tile (32 KiB) is what the second Q^T/dO^T stage replaced."""
-    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26, 27, 28)
+    assert fused.PINGPONG == (19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29)
     assert fused.shared_memory_bytes("flash_backward", True, 20) == fused.shared_memory_bytes("flash_backward", True, 19)
     floats = 2 * 128 * 64 + 8 * 64 * 64 + 64 * 128 + 2 * 2 * 2 * 64 + 8 * 2
     assert fused.shared_memory_bytes("flash_backward", True, 19) == 4 * floats == 231_488 <= 227 * 1024
