@@ -10,7 +10,8 @@ Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-29, PDL,
           launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-29,
           PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-29, KV_MAPS,
-          take K and V, and kernels 27-29, Q_MAPS, Q too, as tensor maps: attnlab.tma)
+          take K and V, and kernels 27-29, Q_MAPS, Q too, as tensor maps: attnlab.tma; kernel 29,
+          DQ_WARPGROUP, computes dQ in a warpgroup of its own)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,

@@ -2,8 +2,8 @@
 memory (cp.async.bulk.tensor), encoded by the CUDA driver's cuTensorMapEncodeTiled.
 
 PyCUDA has no binding for it, so it is called by ctypes (the driver library attnlab.pdl loads). A map
-is 128 opaque bytes; the KV_MAPS kernels (26-28) take theirs (of k and v; the Q_MAPS ones, 27 and 28,
-also of q) as __grid_constant__ kernel parameters, where the copy engine fetches them cheaply
+is 128 opaque bytes; the kernels in fused.KV_MAPS take theirs (of k and v; those in fused.Q_MAPS also
+of q) as __grid_constant__ kernel parameters, where the copy engine fetches them cheaply
 (attnlab.cubin says where they lie).
 """
 import ctypes
