@@ -10,18 +10,19 @@
 // shared memory left to hold one (226 of 227 KiB). Here warpgroup 2 holds K^T of all 128 keys in
 // registers; for each tile it multiplies warpgroup 0's dS^T region as soon as it is written, then
 // warpgroup 1's, into one accumulator, and adds it once. Warpgroups 0 and 1 keep kernel 28's turns
-// without the dQ^T product, its adds and K^T (64 registers each). Named barriers pass the regions:
-// 5 + w "warpgroup w's dS^T of this tile is written", 7 + w "warpgroup 2 has read it" (the writer
-// waits there before its next tile's dS^T). The tensor cores do the same products.
+// without the dQ^T product, its adds, its accumulator and K^T (32 + 32 registers a thread). Named
+// barriers pass the regions: 5 + w "warpgroup w's dS^T of this tile is written", 7 + w "warpgroup 2
+// has read it" (the writer waits there before its next tile's dS^T). The tensor cores do the same
+// products.
 // The form. 384 threads under a cap of 168 registers at entry (__launch_bounds__(384, 1));
-// setmaxnreg gives 184 to each thread that takes turns and 128 to warpgroup 2 (112 spills). In this
-// form ptxas no longer kept kernel 28's copy of the elementwise loop without the mask's tests, and
+// setmaxnreg gives 184 to each thread that takes turns and 128 to warpgroup 2 (at 112 it spills). In
+// this form ptxas no longer kept kernel 28's copy of the elementwise loop without the mask's tests, and
 // the turns lost 1.03x to 1.11x by that alone (results/h100/experiments/k28_idlewg.txt,
 // k28_unswitch.txt: kernel 28's own turns with an idle third warpgroup); so the loop is written here in
 // two copies, masked (the block's first two tiles and T's edge) and not, chosen once a tile.
 // Measured first as a draft on an H100 (results/h100/experiments/k28_unswitch.txt, "k29
 // unswitched"): 1.05x faster than kernel 28 at T=1024 (0.1194 against 0.1256 ms), 1.05x at 2048,
-// 1.06x at 16384 (range 1.02-1.11x); dq within 2.98e-08 of kernel 28's, dK and dV its bits.
+// 1.06x at 16384 (range 1.02-1.11x); dinp within 2.98e-08 of kernel 28's (dq summed in another order).
 // Predicted for this file on the H200: 1.03x to 1.06x faster than kernel 28 at T=1024 (about 0.107 to
 // 0.110 ms against 0.1131), 1.02x to 1.07x at 16384.
 //
@@ -33,7 +34,7 @@
 #define QUERY_TILE_FLOATS (3 * OTHER * HS)   // one query tile in three layouts: dO, Q^T, dO^T
 #define BLOCK_THREADS 384     // flash_backward: warpgroups 0 and 1 take turns, warpgroup 2 computes dQ^T
 #define TURN_REGS 184         // registers a thread of warpgroups 0 and 1 (setmaxnreg); 168 at entry
-#define DQ_REGS 128           // of warpgroup 2: 2 x 128 x 184 + 128 x 128 = 63,488 of 65,536 (112: spills)
+#define DQ_REGS 128           // of warpgroup 2: 2 x 128 x 184 + 128 x 128 = 63,488 of 65,536 (at 112 it spills)
 
 // x rounded to TF32, to nearest with ties to even (kernel 17).
 __device__ __forceinline__ float round_tf32_rn(float x) {
