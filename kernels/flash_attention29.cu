@@ -24,7 +24,9 @@
 // unswitched"): 1.05x faster than kernel 28 at T=1024 (0.1194 against 0.1256 ms), 1.05x at 2048,
 // 1.06x at 16384 (range 1.02-1.11x); dinp within 2.98e-08 of kernel 28's (dq summed in another order).
 // Predicted for this file on the H200: 1.03x to 1.06x faster than kernel 28 at T=1024 (about 0.107 to
-// 0.110 ms against 0.1131), 1.02x to 1.07x at 16384.
+// 0.110 ms against 0.1131), 1.02x to 1.07x at 16384. The basis: the H100's range at T=1024 (1.04x to
+// 1.06x), reaching lower because the H200 gave half the adds a little less than the H100 did (1.03x
+// against 1.04x); at 16384 no more than all the adds were worth there (1.06x, k28_adds_h200).
 //
 // Launch geometry (attnlab/fused.py): kernel 28's grid; 384 threads for flash_backward, 256 for
 // flash_backward_prep and flash_backward_dq (NUM_THREADS).
