@@ -5,13 +5,13 @@ Forward:  inp (B,T,3C) --permute--> q,k,v (B,NH,T,HS) --flash_forward--> o (B,NH
 Backward: dout (B,T,C) --unpermute_backward--> do (B,NH,T,HS)
           --flash_backward_preprocess--> D = rowsum(do ∘ o) (B,NH,T)
           --flash_backward--> dq, dk, dv (B,NH,T,HS) --permute_backward--> dinp (B,T,3C)
-          (kernels 13-29, TILED: dout, q, o --flash_backward_prep--> query tiles and D
-          --flash_backward--> dinp (B,T,3C), without the permutes; kernels 15-29, DQ_TILED,
-          add dQ into dq_tiles, which --flash_backward_dq--> writes into dinp; kernels 24-29, PDL,
-          launch the last two by programmatic dependent launch: attnlab.pdl; kernels 25-29,
-          PREP_ZEROES, have their prep zero dq_tiles instead of a memset; kernels 26-29, KV_MAPS,
-          take K and V, and kernels 27-29, Q_MAPS, Q too, as tensor maps: attnlab.tma; kernel 29,
-          DQ_WARPGROUP, computes dQ in a warpgroup of its own)
+          (from kernel 13 on, TILED: dout, q, o --flash_backward_prep--> query tiles and D
+          --flash_backward--> dinp (B,T,3C), without the permutes; from 15, DQ_TILED, add dQ into
+          dq_tiles, which --flash_backward_dq--> writes into dinp; from 24, PDL, launch the last two
+          by programmatic dependent launch: attnlab.pdl; from 25, PREP_ZEROES, their prep zeroes
+          dq_tiles instead of a memset; from 26, KV_MAPS, take K and V, and from 27, Q_MAPS, Q too,
+          as tensor maps: attnlab.tma; DQ_WARPGROUP, from 29, computes dQ in a warpgroup of its own.
+          The tables, derived from BACKWARDS, say which kernels are which.)
 
 Every buffer grows like T: at B=4 NH=12 T=16384, where the materialized pipeline would need
 four 51.5 GB T×T tensors, these take 3.2 GB in all. The kernels (kernels/flash_attention.cu,
@@ -21,9 +21,10 @@ and the per-row log-sum-exp ``lse`` instead of storing it. They come in two prec
 newer, with the looser tolerances in FUSED_TOLERANCES). Head size 64 only.
 
 Backward kernels 9 and 10 are deterministic: no atomics, each gradient element has one
-writer, so the same inputs give bit-identical dinp run after run; kernels 11-29 add dQ with
-atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also run fp32-accurate
-on tensor cores (3xTF32); 12-29 run on Hopper's wgmma, 12-17 and 19-29 in TF32 only, 18 in 3xTF32 only. Like attention.py,
+writer, so the same inputs give bit-identical dinp run after run; from kernel 11 on they add dQ
+with atomics or bulk reductions into a buffer zeroed first (DETERMINISTIC). Kernels 10 and 11 also
+run fp32-accurate on tensor cores (3xTF32); from 12 on they run on Hopper's wgmma (WGMMA_KERNELS), in
+TF32 only but for kernel 18, which runs in 3xTF32 only (precisions()). Like attention.py,
 every call is idempotent: nothing needs clearing between calls.
 """
 import functools
