@@ -3,7 +3,7 @@
 # backward 29 --tf32, kernel 29 under the four sanitizer tools. About 4 minutes. Then:
 #   bash drafts/land_onerun.sh FILES_AT 29     (the table and fused_ladder_29.* into results/h200/, the README's table)
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$name"; date -u
-case "$name" in *H200*) ;; *) echo "not an H200: nothing run"; exit 3;; esac
+case "$name" in *H200*) ;; *) [ -n "$ANY_CARD" ] || { echo "not an H200: nothing run"; exit 3; };; esac   # ANY_CARD=1: run on this card
 source .gpu/install.sh >/dev/null 2>&1; export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
 step() { echo "== $1 $(date -u +%T) (${SECONDS}s)"; }
 step onerun; timeout 120 python benchmarks/fused_vs_torch.py --json $OUT/fused_ladder_vs_torch.json > $OUT/fused_ladder_vs_torch.txt 2>&1
@@ -11,5 +11,5 @@ echo "rc $?" >> $OUT/fused_ladder_vs_torch.txt; grep "fused2[89] tf32\|rc \|tota
 step ladder; timeout 150 python benchmarks/fused_ladder.py --methods "k28 tf32,k29 tf32" --T 1024,2048,16384 --json $OUT/fused_ladder_29.json > $OUT/fused_ladder_29.txt 2>&1
 echo "rc $?" >> $OUT/fused_ladder_29.txt; grep "  T=\|rc \|  k2. tf32  " $OUT/fused_ladder_29.txt | tail -10 | cut -c1-160
 step "cli 29"; (echo "$name"; python -m attnlab backward 29 --tf32; echo "cli rc $?") > $OUT/k29_cli.txt 2>&1; tail -2 $OUT/k29_cli.txt | cut -c1-200
-for tool in memcheck racecheck synccheck initcheck; do small=; [ $tool = racecheck ] && small=small; step "29 $tool $small"; timeout 45 compute-sanitizer --tool $tool python results/h200/experiments/k21_sanitize_script.py.txt 29 $small > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -3; done > $OUT/k29_sanitize.txt 2>&1; cut -c1-200 $OUT/k29_sanitize.txt
+echo "$name" > $OUT/k29_sanitize.txt; for tool in memcheck racecheck synccheck initcheck; do small=; [ $tool = racecheck ] && small=small; step "29 $tool $small"; timeout 45 compute-sanitizer --tool $tool python results/h200/experiments/k21_sanitize_script.py.txt 29 $small > /tmp/san.txt 2>&1; echo "rc $?" >> /tmp/san.txt; grep -v "^=========\s*$" /tmp/san.txt | tail -3; done >> $OUT/k29_sanitize.txt 2>&1; cut -c1-200 $OUT/k29_sanitize.txt
 step done
