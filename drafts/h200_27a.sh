@@ -2,9 +2,7 @@
 # H200. The one-run table (every method, kernel 29 in it), the ladder of kernels 28 and 29 with spread,
 # backward 29 --tf32, kernel 29 under the four sanitizer tools. About 4 minutes. Then:
 #   bash drafts/land_onerun.sh FILES_AT 29     (the table and fused_ladder_29.* into results/h200/, the README's table)
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$name"; date -u
-case "$name" in *H200*) ;; *) [ -n "$ANY_CARD" ] || { echo "not an H200: nothing run"; exit 3; };; esac   # ANY_CARD=1: run on this card
-source .gpu/install.sh >/dev/null 2>&1; export PYTHONPATH=$PWD:$PYTHONPATH PYTHONUNBUFFERED=1
+source drafts/on_h200.sh      # the card's name; exit 3 unless an H200 (or ANY_CARD=1); wheels, PYTHONPATH
 step() { echo "== $1 $(date -u +%T) (${SECONDS}s)"; }
 step onerun; timeout 120 python benchmarks/fused_vs_torch.py --json $OUT/fused_ladder_vs_torch.json > $OUT/fused_ladder_vs_torch.txt 2>&1
 echo "rc $?" >> $OUT/fused_ladder_vs_torch.txt; grep "fused2[89] tf32\|rc \|total" $OUT/fused_ladder_vs_torch.txt | cut -c1-160 | tail -12
