@@ -278,6 +278,7 @@ LADDER_METHODS = (("fused tf32", "9 TF32"), ("fused10 tf32", "10 TF32"), ("fused
                   ("fused20 tf32", "20 TF32"), ("fused21 tf32", "21 TF32"), ("fused22 tf32", "22 TF32"), ("fused23 tf32", "23 TF32"),
                   ("fused24 tf32", "24 TF32"), ("fused25 tf32", "25 TF32"), ("fused26 tf32", "26 TF32"),
                   ("fused27 tf32", "27 TF32"), ("fused28 tf32", "28 TF32"),
+                  ("fused29 tf32", "29 TF32"),
                   ("fused fp32", "9 fp32"),
                   ("fused10 fp32", "10 3xTF32"), ("fused11 fp32", "11 3xTF32"),
                   ("fused18 fp32", "18 3xTF32"),
