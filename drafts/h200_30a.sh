@@ -4,6 +4,8 @@
 # draft notebook 27 executed and nbval'd (h200_nb.sh); then h200_27c.sh: the whole GPU suite and nbval of
 # notebooks 12-26 and the exercises in what is left of TOTAL s (default 580). Then, here:
 #   bash drafts/land_onerun.sh FILES_AT 29      and, once its prose is written from nb/: land_nb.sh 27 FILES_AT
+# Ran once (thirtieth session): its $OUT held 10 files, more than the device tool returns; nb/ and
+# nbval_27th.txt stayed behind, so notebook 27 ran again alone (h200_nb.sh).
 bash drafts/h200_27a.sh || exit $?
 cp $OUT/fused_ladder_29.json $OUT/fused_ladder_vs_torch.json results/h200/
 bash drafts/h200_nb.sh 27_fused_backward_dq_warpgroup.ipynb

@@ -27,6 +27,10 @@
 // 0.110 ms against 0.1131), 1.02x to 1.07x at 16384. The basis: the H100's range at T=1024 (1.04x to
 // 1.06x), reaching lower because the H200 gave half the adds a little less than the H100 did (1.03x
 // against 1.04x); at 16384 no more than all the adds were worth there (1.06x, k28_adds_h200).
+// On the H200, beside kernel 28 in one run (results/h200/fused_ladder_29.json, single calls): 0.108
+// (0.108-0.109) against 0.113 (0.113-0.114) ms at T=1024, 1.05x, inside the prediction; 0.296 against
+// 0.313 at 2048; 13.799 against 14.610 at 16384, 1.06x (298.8 TFLOP/s). In the one-run table with
+// every method (results/h200/fused_ladder_vs_torch.json): 0.1078 ms at T=1024, under #23's 0.11.
 //
 // Launch geometry (attnlab/fused.py): kernel 28's grid; 384 threads for flash_backward, 256 for
 // flash_backward_prep and flash_backward_dq (NUM_THREADS).

@@ -1,6 +1,6 @@
 """The whole notebook series in one process leaves GPU memory where it started.
 
-All the numbered notebooks (notebooks/NN_*.ipynb, 00-26) run, in order, in ONE Jupyter kernel, as a student
+All the numbered notebooks (notebooks/NN_*.ipynb, 00-27) run, in order, in ONE Jupyter kernel, as a student
 who never restarts the kernel would run them. Before the first and after each notebook the
 kernel clears its namespace (%reset -f), collects garbage and reads the device's free memory.
 
@@ -49,7 +49,7 @@ kernels._module.cache_clear()
 
 
 def test_the_notebooks_are_00_to_the_last():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(27)]
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(28)]
 
 
 @pytest.mark.gpu
